@@ -1,0 +1,15 @@
+"""The CPU backend: kernels JIT-compiled by Numba, multi-threaded on TBB."""
+
+from __future__ import annotations
+
+from . import runtime  # noqa: F401  (configures numba before anything imports it)
+
+MEMORY_KIND = "cpu"
+NAME = "cpu"
+
+
+def check_device(device, device_id: int) -> None:
+    from ...status import InfiniError, Status
+
+    if device_id != 0:
+        raise InfiniError(Status.DEVICE_NOT_FOUND, f"the CPU is device 0, got device_id={device_id}")

@@ -1,0 +1,87 @@
+"""Devices and handles: a Handle names the device an operator descriptor runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .status import InfiniError, Status
+
+
+class Device(IntEnum):
+    """A kind of device; values match InfiniCore's ``infiniDevice_t``."""
+
+    CPU = 0
+    NVIDIA = 1
+    CAMBRICON = 2
+    ASCEND = 3
+    METAX = 4
+    MOORE = 5
+    ILUVATAR = 6
+    KUNLUN = 7
+    HYGON = 8
+
+    @property
+    def backend_name(self) -> str | None:
+        """Which backend runs this device ('cpu', 'triton'), or None if none is planned."""
+        return _BACKEND.get(self)
+
+
+_BACKEND = {
+    Device.CPU: "cpu",
+    Device.NVIDIA: "triton", Device.METAX: "triton", Device.MOORE: "triton",
+    Device.ILUVATAR: "triton", Device.KUNLUN: "triton", Device.HYGON: "triton",
+}
+
+
+def as_device(value: Device | str | int) -> Device:
+    """Accept a Device, its lower-case name ('cpu', 'nvidia'...) or its int value."""
+    if isinstance(value, Device):
+        return value
+    if isinstance(value, str):
+        try:
+            return Device[value.upper()]
+        except KeyError:
+            names = ", ".join(d.name.lower() for d in Device)
+            raise InfiniError(Status.BAD_PARAM, f"unknown device {value!r}; known: {names}") from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return Device(value)
+        except ValueError:
+            pass
+    raise InfiniError(Status.BAD_PARAM, f"unknown device {value!r}")
+
+
+@dataclass(frozen=True)
+class Handle:
+    """A device and its index. Create with :func:`create_handle`; cheap and immutable."""
+
+    device: Device
+    device_id: int
+    backend: object  # the backend module that runs this device's kernels
+
+    def __repr__(self) -> str:
+        return f"Handle({self.device.name.lower()}:{self.device_id})"
+
+    def destroy(self) -> None:
+        """Kept for parity with the C API; a handle holds no resources."""
+
+
+def create_handle(device: Device | str | int = "cpu", device_id: int = 0) -> Handle:
+    """Open a device.
+
+    >>> import infiniop
+    >>> infiniop.create_handle("cpu")
+    Handle(cpu:0)
+
+    An unknown name is ``BAD_PARAM``; a device whose backend is not usable here is
+    ``DEVICE_TYPE_NOT_SUPPORTED`` (or ``DEVICE_NOT_FOUND`` when the backend is installed but the
+    device is absent), with a message that says what to install.
+    """
+    from . import backends
+
+    dev = as_device(device)
+    if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
+        raise InfiniError(Status.BAD_PARAM, f"device_id must be an int >= 0, got {device_id!r}")
+    backend = backends.load(dev, device_id)
+    return Handle(dev, device_id, backend)

@@ -1,0 +1,157 @@
+"""Element types: the reference numbering, and the mapping to NumPy and torch dtypes."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import ml_dtypes
+import numpy as np
+
+from .status import InfiniError, Status
+
+
+class DType(IntEnum):
+    """An element type; values match InfiniCore's ``infiniDtype_t``."""
+
+    BYTE = 1
+    BOOL = 2
+    I8 = 3
+    I16 = 4
+    I32 = 5
+    I64 = 6
+    U8 = 7
+    U16 = 8
+    U32 = 9
+    U64 = 10
+    F8 = 11
+    F16 = 12
+    F32 = 13
+    F64 = 14
+    BF16 = 19
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _ITEMSIZE[self]
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The NumPy dtype that stores this type (bf16 and f8 through ml_dtypes)."""
+        return _TO_NUMPY[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F8, DType.F16, DType.BF16, DType.F32, DType.F64)
+
+    @property
+    def is_signed_int(self) -> bool:
+        return self in (DType.I8, DType.I16, DType.I32, DType.I64)
+
+    @property
+    def is_unsigned_int(self) -> bool:
+        return self in (DType.U8, DType.U16, DType.U32, DType.U64, DType.BYTE)
+
+    @property
+    def short_name(self) -> str:
+        """Readable name, as NumPy/torch users spell it (``float16``, ``bfloat16``...)."""
+        return _SHORT[self]
+
+    def __str__(self) -> str:
+        return self.short_name
+
+    def __repr__(self) -> str:
+        return f"infiniop.{self.short_name}"
+
+
+_ITEMSIZE = {
+    DType.BYTE: 1, DType.BOOL: 1, DType.I8: 1, DType.U8: 1, DType.F8: 1,
+    DType.I16: 2, DType.U16: 2, DType.F16: 2, DType.BF16: 2,
+    DType.I32: 4, DType.U32: 4, DType.F32: 4,
+    DType.I64: 8, DType.U64: 8, DType.F64: 8,
+}
+_SHORT = {
+    DType.BYTE: "byte", DType.BOOL: "bool", DType.I8: "int8", DType.I16: "int16",
+    DType.I32: "int32", DType.I64: "int64", DType.U8: "uint8", DType.U16: "uint16",
+    DType.U32: "uint32", DType.U64: "uint64", DType.F8: "float8_e4m3fn", DType.F16: "float16",
+    DType.F32: "float32", DType.F64: "float64", DType.BF16: "bfloat16",
+}
+_TO_NUMPY = {
+    DType.BYTE: np.dtype(np.uint8), DType.BOOL: np.dtype(np.bool_),
+    DType.I8: np.dtype(np.int8), DType.I16: np.dtype(np.int16),
+    DType.I32: np.dtype(np.int32), DType.I64: np.dtype(np.int64),
+    DType.U8: np.dtype(np.uint8), DType.U16: np.dtype(np.uint16),
+    DType.U32: np.dtype(np.uint32), DType.U64: np.dtype(np.uint64),
+    DType.F8: np.dtype(ml_dtypes.float8_e4m3fn), DType.F16: np.dtype(np.float16),
+    DType.F32: np.dtype(np.float32), DType.F64: np.dtype(np.float64),
+    DType.BF16: np.dtype(ml_dtypes.bfloat16),
+}
+# uint8 maps back to U8 (BYTE is the reference's untyped byte; it shares NumPy's uint8).
+_FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items() if k is not DType.BYTE}
+
+float16, bfloat16, float32, float64 = DType.F16, DType.BF16, DType.F32, DType.F64
+int8, int16, int32, int64 = DType.I8, DType.I16, DType.I32, DType.I64
+uint8, uint16, uint32, uint64 = DType.U8, DType.U16, DType.U32, DType.U64
+bool_ = DType.BOOL
+
+
+def from_numpy(dt) -> DType:
+    """The DType of a NumPy dtype (or anything ``np.dtype`` accepts)."""
+    try:
+        return _FROM_NUMPY[np.dtype(dt)]
+    except (KeyError, TypeError) as e:
+        raise InfiniError(Status.BAD_TENSOR_DTYPE, f"NumPy dtype {dt!r} has no infiniop DType") from e
+
+
+def _torch_table() -> dict:
+    import torch
+
+    return {
+        DType.BOOL: torch.bool, DType.I8: torch.int8, DType.I16: torch.int16,
+        DType.I32: torch.int32, DType.I64: torch.int64, DType.U8: torch.uint8,
+        DType.U16: torch.uint16, DType.U32: torch.uint32, DType.U64: torch.uint64,
+        DType.F8: torch.float8_e4m3fn, DType.F16: torch.float16, DType.BF16: torch.bfloat16,
+        DType.F32: torch.float32, DType.F64: torch.float64,
+    }
+
+
+_TORCH_CACHE: dict = {}
+
+
+def to_torch(dt: DType):
+    """The torch dtype of a DType (needs torch installed)."""
+    if not _TORCH_CACHE:
+        _TORCH_CACHE.update(_torch_table())
+    return _TORCH_CACHE[DType(dt)] if DType(dt) is not DType.BYTE else _TORCH_CACHE[DType.U8]
+
+
+def from_torch(tdt) -> DType:
+    """The DType of a torch dtype."""
+    if not _TORCH_CACHE:
+        _TORCH_CACHE.update(_torch_table())
+    for k, v in _TORCH_CACHE.items():
+        if v == tdt:
+            return k
+    raise InfiniError(Status.BAD_TENSOR_DTYPE, f"torch dtype {tdt} has no infiniop DType")
+
+
+def as_dtype(value) -> DType:
+    """Accept a DType, its int value, its name ('float16'), or a NumPy/torch dtype."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        for d, name in _SHORT.items():
+            if name == value or d.name == value.upper():
+                return d
+    if type(value).__module__ == "torch":
+        return from_torch(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return DType(value)
+        except ValueError:
+            pass
+    else:
+        try:
+            return from_numpy(value)
+        except InfiniError:
+            pass
+    raise InfiniError(Status.BAD_TENSOR_DTYPE, f"{value!r} is not an infiniop DType")

@@ -1,0 +1,166 @@
+"""Foreign arrays -> what a kernel needs: address, dtype, shape, strides, memory bounds, device.
+
+Order of preference: NumPy arrays and torch tensors directly (fast), then ``__dlpack__``, then
+``__cuda_array_interface__``, then ``__array_interface__``. A plain int is a raw address: trusted,
+unchecked (the caller promises the memory is there).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtype import DType, from_numpy, from_torch
+from .status import InfiniError, Status
+from .tensor import TensorDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class BufferInfo:
+    """A foreign buffer as the library sees it. ``lo``/``hi`` bound its memory in bytes
+    (absolute addresses, ``hi`` exclusive); for a raw address they are None (unchecked)."""
+
+    address: int
+    dtype: DType | None
+    shape: tuple[int, ...] | None
+    strides: tuple[int, ...] | None
+    lo: int | None
+    hi: int | None
+    readonly: bool
+    device: str  # "cpu", "cuda", ...
+    owner: object  # keeps the memory alive while we use it
+
+    @property
+    def trusted(self) -> bool:
+        return self.lo is None
+
+
+def _bounds(address: int, shape, byte_strides, itemsize: int) -> tuple[int, int]:
+    lo = hi = address
+    if 0 in shape:
+        return address, address
+    for n, s in zip(shape, byte_strides):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + itemsize
+
+
+def _from_ndarray(a: np.ndarray) -> BufferInfo:
+    try:
+        dt = from_numpy(a.dtype)
+    except InfiniError:
+        raise InfiniError(Status.BAD_TENSOR_DTYPE, f"array dtype {a.dtype} is not supported") from None
+    isz = a.itemsize
+    if any(s % isz for s in a.strides):
+        raise InfiniError(Status.BAD_TENSOR_STRIDES,
+                          f"array strides {a.strides} (bytes) are not multiples of {isz}")
+    addr = a.__array_interface__["data"][0]
+    lo, hi = _bounds(addr, a.shape, a.strides, isz)
+    return BufferInfo(addr, dt, a.shape, tuple(s // isz for s in a.strides), lo, hi,
+                      not a.flags.writeable, "cpu", a)
+
+
+def _is_torch_tensor(obj) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def _from_torch(t) -> BufferInfo:
+    dt = from_torch(t.dtype)
+    isz = dt.itemsize
+    addr = t.data_ptr()
+    shape, strides = tuple(t.shape), tuple(t.stride())
+    lo, hi = _bounds(addr, shape, [s * isz for s in strides], isz)
+    dev = t.device.type
+    return BufferInfo(addr, dt, shape, strides, lo, hi, False, dev, t)
+
+
+def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
+    """Describe ``obj`` (array, tensor, DLPack / array-interface object, or int address)."""
+    if type(obj) is np.ndarray:
+        return _from_ndarray(obj)
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        if obj == 0:
+            raise InfiniError(Status.NULL_POINTER, f"operand '{name}': null address")
+        return BufferInfo(obj, None, None, None, None, None, False, "cpu", None)
+    if _is_torch_tensor(obj):
+        return _from_torch(obj)
+    if isinstance(obj, np.ndarray):
+        return _from_ndarray(obj)
+    if hasattr(obj, "__dlpack__"):
+        dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+        if dev in (1, 3):  # kDLCPU, kDLCUDAHost
+            try:
+                return _from_ndarray(np.from_dlpack(obj))
+            except (BufferError, RuntimeError, TypeError) as e:
+                err = e
+        else:
+            err = None
+        try:
+            import torch
+
+            return _from_torch(torch.from_dlpack(obj))
+        except Exception as e:  # noqa: BLE001 - any failure means we cannot read it
+            raise InfiniError(Status.BAD_PARAM,
+                              f"operand '{name}': cannot read its DLPack export ({err or e})") from e
+    if hasattr(obj, "__cuda_array_interface__"):
+        cai = obj.__cuda_array_interface__
+        dt = from_numpy(np.dtype(cai["typestr"]))
+        isz = dt.itemsize
+        shape = tuple(cai["shape"])
+        bstrides = cai.get("strides") or [s * isz for s in _contig(shape)]
+        addr, ro = cai["data"]
+        lo, hi = _bounds(addr, shape, bstrides, isz)
+        return BufferInfo(addr, dt, shape, tuple(s // isz for s in bstrides), lo, hi, bool(ro),
+                          "cuda", obj)
+    if hasattr(obj, "__array_interface__"):
+        return _from_ndarray(np.asarray(obj))
+    raise InfiniError(Status.BAD_PARAM,
+                      f"operand '{name}': {type(obj).__name__} is not an array, tensor or address")
+
+
+def _contig(shape):
+    from .tensor import contiguous_strides
+
+    return contiguous_strides(shape)
+
+
+def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable: bool) -> None:
+    """Refuse a buffer whose dtype differs from the descriptor's, that is read-only when written,
+    or whose memory does not contain every element the descriptor can reach."""
+    if info.trusted:
+        return
+    if info.dtype is not desc.dtype:
+        raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                          f"operand '{name}': buffer holds {info.dtype}, descriptor says {desc.dtype}")
+    if writable and info.readonly:
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': output buffer is read-only")
+    if desc.is_empty:
+        return
+    isz = desc.dtype.itemsize
+    lo_e, hi_e = desc.reach
+    lo, hi = info.address + lo_e * isz, info.address + (hi_e + 1) * isz
+    if lo < info.lo or hi > info.hi:
+        raise InfiniError(
+            Status.BAD_PARAM,
+            f"operand '{name}': descriptor {desc.shape}/{desc.strides} reaches bytes "
+            f"[{lo - info.address}, {hi - info.address}) from element 0, but the buffer only "
+            f"holds [{info.lo - info.address}, {info.hi - info.address})",
+        )
+
+
+def raw_view(address: int, desc: TensorDescriptor, dtype=None) -> np.ndarray:
+    """A NumPy view of ``desc`` at ``address`` (no checks: callers checked or trust it)."""
+    dt = np.dtype(dtype) if dtype is not None else desc.dtype.numpy
+    isz = desc.dtype.itemsize
+    if desc.is_empty:
+        return np.empty(desc.shape, dt)
+    lo_e, hi_e = desc.reach
+    nbytes = (hi_e - lo_e + 1) * isz
+    buf = (ctypes.c_char * nbytes).from_address(address + lo_e * isz)
+    base = np.frombuffer(buf, dtype=np.uint8)
+    return np.ndarray(desc.shape, dt, buffer=base, offset=-lo_e * isz,
+                      strides=[s * isz for s in desc.strides])
