@@ -1,0 +1,81 @@
+"""Low-level Numba intrinsics (llvmlite) the kernels need and Numba does not expose.
+
+- ``address_as_pointer(addr, dtype)``: an int address as a typed pointer (raw-address kernels).
+- ``nt_store(ptr, i, value)``: a store tagged ``!nontemporal`` that claims 64-byte alignment.
+  The loop vectoriser turns it into ``vmovntps``/``vmovntdq`` stores. The claim is only true for
+  vector stores, so callers MUST start every vectorised loop at a 64-byte aligned address and
+  use block lengths that are multiples of 64 bytes (see ``elementwise_kernels``): with that
+  discipline every vector store of 16/32/64 bytes is aligned to its own size. A loop that is not
+  vectorised just gets ordinary scalar stores (x86 has no scalar float NT store).
+- ``sfence()``: orders the weakly-ordered NT stores before the kernel returns.
+- ``f16_to_f32(u16)`` / ``f32_to_f16(f32)``: IEEE half conversions through LLVM's ``half`` type
+  (F16C ``vcvtph2ps``/``vcvtps2ph``): exact, round-to-nearest-even, NaN stays NaN.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@intrinsic
+def address_as_pointer(typingctx, addr, dtype):
+    ty = dtype.dtype if isinstance(dtype, types.DType) else dtype.instance_type
+    sig = types.CPointer(ty)(addr, dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
+
+
+@intrinsic
+def nt_store(typingctx, ptr, index, value):
+    sig = types.void(ptr, index, value)
+
+    def codegen(context, builder, signature, args):
+        p, i, v = args
+        v = context.cast(builder, v, signature.args[2], signature.args[0].dtype)
+        addr = builder.gep(p, [i])
+        instr = builder.store(v, addr, align=64)
+        instr.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def sfence(typingctx):
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                            "llvm.x86.sse.sfence")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def f16_to_f32(typingctx, bits):
+    sig = types.float32(bits)
+
+    def codegen(context, builder, signature, args):
+        v = builder.trunc(args[0], ir.IntType(16)) if args[0].type.width > 16 else args[0]
+        return builder.fpext(builder.bitcast(v, ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_to_f16(typingctx, value):
+    sig = types.uint16(value)
+
+    def codegen(context, builder, signature, args):
+        v = context.cast(builder, args[0], signature.args[0], types.float32)
+        return builder.bitcast(builder.fptrunc(v, ir.HalfType()), ir.IntType(16))
+
+    return sig, codegen
