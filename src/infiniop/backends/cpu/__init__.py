@@ -13,3 +13,10 @@ def check_device(device, device_id: int) -> None:
 
     if device_id != 0:
         raise InfiniError(Status.DEVICE_NOT_FOUND, f"the CPU is device 0, got device_id={device_id}")
+
+
+def elementwise_kernel(info):
+    """A callable kernel for a planned elementwise call (see elementwise.py)."""
+    from .elementwise import ElementwiseKernel
+
+    return ElementwiseKernel(info)

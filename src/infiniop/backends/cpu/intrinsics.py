@@ -79,3 +79,38 @@ def f32_to_f16(typingctx, value):
         return builder.bitcast(builder.fptrunc(v, ir.HalfType()), ir.IntType(16))
 
     return sig, codegen
+
+
+@intrinsic
+def bf16_to_f32(typingctx, bits):
+    """bfloat16 bits (any unsigned int type holding 16 bits) -> float32, exact."""
+    sig = types.float32(bits)
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        i32 = ir.IntType(32)
+        v = builder.zext(v, i32) if v.type.width < 32 else builder.trunc(v, i32) if v.type.width > 32 else v
+        return builder.bitcast(builder.shl(v, ir.Constant(i32, 16)), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_to_bf16(typingctx, value):
+    """float32 -> bfloat16 bits, round-to-nearest-even; NaN stays NaN (quietened)."""
+    sig = types.uint16(value)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        x = context.cast(builder, args[0], signature.args[0], types.float32)
+        b = builder.bitcast(x, i32)
+        hi = builder.lshr(b, ir.Constant(i32, 16))
+        lsb = builder.and_(hi, ir.Constant(i32, 1))
+        rounded = builder.lshr(builder.add(builder.add(b, ir.Constant(i32, 0x7FFF)), lsb),
+                               ir.Constant(i32, 16))
+        quiet_nan = builder.or_(hi, ir.Constant(i32, 0x40))
+        is_nan = builder.fcmp_unordered("uno", x, x)
+        r = builder.select(is_nan, quiet_nan, rounded)
+        return builder.trunc(r, ir.IntType(16))
+
+    return sig, codegen

@@ -1,0 +1,116 @@
+"""The functional front end: ``infiniop.sub(a, b, out=None)`` on NumPy arrays or torch tensors.
+
+Broadcasts like NumPy, returns the kind of array it was given, and caches descriptors in a
+bounded LRU keyed by the operands' layouts, so a repeated call does no planning.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ..dtype import DType, as_dtype, from_numpy
+from ..layout import broadcast_shape
+from ..memory import empty_aligned
+from ..status import InfiniError, Status
+from ..tensor import TensorDescriptor
+
+CACHE_SIZE = 1024  # descriptors kept by the functional front end (least recently used dropped)
+_cache: OrderedDict = OrderedDict()
+_cache_lock = threading.Lock()
+_handle = None
+
+
+def _cpu_handle():
+    global _handle
+    if _handle is None:
+        from ..device import create_handle
+
+        _handle = create_handle("cpu")
+    return _handle
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def _layout(x):
+    if type(x) is np.ndarray:
+        isz = x.itemsize
+        return x.dtype, x.shape, tuple(s // isz for s in x.strides)
+    return x.dtype, tuple(x.shape), tuple(x.stride())
+
+
+def _descriptor(spec, out, ins):
+    key = (spec.key,) + tuple(_layout(a) for a in (out,) + ins)
+    with _cache_lock:
+        d = _cache.get(key)
+        if d is not None:
+            _cache.move_to_end(key)
+            return d
+    descs = [TensorDescriptor(as_dtype(dt), shape, strides) for dt, shape, strides in key[1:]]
+    d = spec.create_descriptor(_cpu_handle(), descs[0], *descs[1:])
+    with _cache_lock:
+        _cache[key] = d
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return d
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def call(spec, args, out=None):
+    """Run ``spec`` on arrays/tensors/scalars. Scalars take the dtype of the array operands."""
+    if len(args) != spec.arity:
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
+                          f"({', '.join(spec.inputs)}), got {len(args)}")
+    use_torch = any(_is_torch(a) for a in args) or _is_torch(out)
+    arrays = [a for k, a in enumerate(args) if k not in spec.input_dtypes]
+    dtype = None
+    for a in arrays + ([out] if out is not None else []):
+        if type(a) is np.ndarray or _is_torch(a):
+            dtype = as_dtype(a.dtype)
+            break
+    if dtype is None:
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name}: at least one operand must be an array")
+    ins = []
+    for k, a in enumerate(args):
+        want = spec.input_dtype(k, dtype)
+        if type(a) is np.ndarray or _is_torch(a):
+            ins.append(a)
+        elif isinstance(a, bool | int | float | np.generic):
+            v = np.asarray(a, dtype=want.numpy)
+            if use_torch:
+                import torch
+
+                v = torch.from_numpy(v.view(np.int16) if want in (DType.BF16,) else v)
+                if want is DType.BF16:
+                    v = v.view(torch.bfloat16)
+            ins.append(v)
+        elif hasattr(a, "__array_interface__") or hasattr(a, "__dlpack__"):
+            ins.append(np.asarray(a) if not hasattr(a, "__dlpack__") else np.from_dlpack(a))
+        else:
+            raise InfiniError(Status.BAD_PARAM,
+                              f"operand '{spec.inputs[k]}': cannot use {type(a).__name__}")
+    shape = broadcast_shape([tuple(a.shape) for a in ins], list(spec.inputs))
+    if out is None:
+        if use_torch:
+            import torch
+
+            from ..dtype import to_torch
+
+            out = torch.empty(shape, dtype=to_torch(dtype))
+        else:
+            out = empty_aligned(shape, dtype.numpy)
+    desc = _descriptor(spec, out, tuple(ins))
+    desc.calculate(None, out, *ins)
+    return out
+
+
+def result_dtype(x) -> DType:
+    return from_numpy(x.dtype) if isinstance(x, np.ndarray) else as_dtype(x.dtype)
