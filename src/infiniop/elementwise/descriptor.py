@@ -23,7 +23,8 @@ class ElementwiseDescriptor(OperatorDescriptor):
     >>> h = infiniop.create_handle("cpu")
     >>> f32 = infiniop.TensorDescriptor(infiniop.float32, (2, 3))
     >>> d = infiniop.create_sub_descriptor(h, f32, f32, f32)
-    >>> a, b, c = np.ones((2, 3), np.float32), np.full((2, 3), 0.25, np.float32), np.empty((2, 3), np.float32)
+    >>> a, b = np.ones((2, 3), np.float32), np.full((2, 3), 0.25, np.float32)
+    >>> c = np.empty((2, 3), np.float32)
     >>> d.calculate(None, c, a, b)
     >>> c
     array([[0.75, 0.75, 0.75],
@@ -39,7 +40,6 @@ class ElementwiseDescriptor(OperatorDescriptor):
         self.info = info = plan(spec, descs[0], tuple(descs[1:]))
         self.workspace_size = 0
         self._names = names
-        lay = info.layout
         # Each input as seen through the output's shape: what in-place aliasing is compared with.
         from ..layout import broadcast_strides
 

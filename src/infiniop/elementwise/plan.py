@@ -65,10 +65,30 @@ def plan(spec: ElementwiseSpec, out: TensorDescriptor, ins: tuple[TensorDescript
     inner = [s[-1] for s in lay.strides]
     pattern = "".join("1" if s == 1 else "0" if s == 0 else "g" for s in inner)
     flat = lay.ndim == 1 and pattern[0] == "1" and "g" not in pattern
+    kind = "flat" if flat else "strided"
+    t = None if flat else _transposed_dim(lay)
+    if t is not None:  # walk 2-D tiles over (t, innermost) so the transposed operand reuses lines
+        order = [d for d in range(lay.ndim - 1) if d != t] + [t, lay.ndim - 1]
+        lay = Layout(tuple(lay.shape[d] for d in order),
+                     tuple(tuple(st[d] for d in order) for st in lay.strides), lay.offsets)
+        kind = "tiled"
     aliasable = tuple(
         all(a == b or n == 1 for a, b, n in zip(aligned[0], aligned[k + 1], out.shape))
         and ins[k].dtype.itemsize == dt.itemsize
         for k in range(len(ins))
     )
-    return ElementwiseInfo(spec, (out,) + tuple(ins), lay, "flat" if flat else "strided",
-                           pattern, aliasable)
+    return ElementwiseInfo(spec, (out,) + tuple(ins), lay, kind, pattern, aliasable)
+
+
+def _transposed_dim(lay: Layout) -> int | None:
+    """The outer dim along which some operand is densest, if that operand's innermost stride is
+    larger (a transposed read): tiling over that dim and the innermost one keeps its lines."""
+    last = lay.ndim - 1
+    for st in lay.strides[1:]:
+        cands = [(abs(st[d]), d) for d in range(lay.ndim) if st[d] != 0 and lay.shape[d] > 1]
+        if not cands:
+            continue
+        s, d = min(cands)
+        if d != last and abs(st[last]) > s and lay.shape[last] > 1:
+            return d
+    return None

@@ -28,17 +28,23 @@ class ElementwiseKernel:
             fn = mod.parallel if self.parallel else mod.serial
             self._run = partial(_run_flat, fn, n, nt)
         else:
-            inner = lay.shape[-1]
-            rows = n // inner
-            nthreads = runtime.num_threads()
-            chunks = 1
-            if self.parallel and rows < 4 * nthreads:
-                chunks = max(1, min(inner // 4096, 4 * nthreads))
-            sizes = [chunks]
+            nt = 0
+            if info.kind == "tiled":
+                chunks = 32 if isz[0] >= 4 else 64  # tile edge, in elements
+            else:
+                inner = lay.shape[-1]
+                rows = n // inner
+                nthreads = runtime.num_threads()
+                chunks = 1
+                if self.parallel and rows < 4 * nthreads:
+                    chunks = max(1, min(inner // 4096, 4 * nthreads))
+                nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES and info.pattern[0] == "1"
+                         and inner * isz[0] >= 1024)
+            sizes = [chunks, nt, 0]
             fn = mod.parallel if self.parallel else mod.serial
             self._shape = np.array(lay.shape, dtype=np.int64)
             self._strides = np.array(lay.strides, dtype=np.int64).reshape(nops, lay.ndim)
-            self._run = partial(_run_strided, fn, self._shape, self._strides, chunks)
+            self._run = partial(_run_strided, fn, self._shape, self._strides, chunks, nt)
         meta = list(sizes)
         for j, d in enumerate(info.descs):
             lo, hi = d.reach
@@ -60,8 +66,8 @@ def _run_flat(fn, n, nt, *ptrs):
     fn(*ptrs, n, nt)
 
 
-def _run_strided(fn, shape, strides, chunks, *ptrs):
-    fn(*ptrs, shape, strides, chunks)
+def _run_strided(fn, shape, strides, chunks, nt, *ptrs):
+    fn(*ptrs, shape, strides, chunks, nt)
 
 
 def _launch_arrays(launcher, meta, shape, strides, *arrays):

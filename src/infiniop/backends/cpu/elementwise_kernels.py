@@ -154,42 +154,94 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
             emit(f"                qo[i] = {store}")
             emit("    return 0")
     else:
+        tiled = kind == "tiled"
+        out_idx = "i" if pattern[0] == "1" else "i * so"
         for par in (False, True):
             fname = "parallel" if par else "serial"
             emit(f"\n\n@njit(parallel={par}, **OPTS)")
-            emit(f"def {fname}({args}, shape, strides, chunks):")
+            # chunks: column chunks per row (strided) or the tile edge (tiled); nt: stream rows
+            emit(f"def {fname}({args}, shape, strides, chunks, nt):")
             emit("    nd = shape.shape[0]")
             emit("    inner = shape[nd - 1]")
+            emit(f"    lead = nd - {2 if tiled else 1}")
             emit("    rows = 1")
-            emit("    for d in range(nd - 1):")
+            emit("    for d in range(lead):")
             emit("        rows *= shape[d]")
-            emit("    csz = (inner + chunks - 1) // chunks")
-            emit(f"    for t in {'prange' if par else 'range'}(rows * chunks):")
-            emit("        r = t // chunks")
-            emit("        c0 = (t % chunks) * csz")
+            if tiled:
+                emit("    tile = chunks")
+                emit("    mid = shape[nd - 2]")
+                emit("    tr = (mid + tile - 1) // tile")
+                emit("    tcn = (inner + tile - 1) // tile")
+                emit("    csz = tile")
+                emit("    ntask = rows * tr * tcn")
+            else:
+                emit("    csz = (inner + chunks - 1) // chunks")
+                emit("    ntask = rows * chunks")
+            emit(f"    for t in {'prange' if par else 'range'}(ntask):")
+            if tiled:
+                emit("        c0 = (t % tcn) * tile")
+                emit("        r0 = ((t // tcn) % tr) * tile")
+                emit("        r1 = min(mid, r0 + tile)")
+                emit("        r = t // (tcn * tr)")
+            else:
+                emit("        r = t // chunks")
+                emit("        c0 = (t % chunks) * csz")
+                emit("        r0 = 0")
+                emit("        r1 = 1")
             emit("        c1 = min(inner, c0 + csz)")
             emit("        rem = r")
             for j in range(arity + 1):
-                emit(f"        f{j} = c0 * strides[{j}, nd - 1]")
-            emit("        for d in range(nd - 2, -1, -1):")
+                emit(f"        g{j} = c0 * strides[{j}, nd - 1]")
+            emit("        for d in range(lead - 1, -1, -1):")
             emit("            ext = shape[d]")
             emit("            idx = rem % ext")
             emit("            rem //= ext")
             for j in range(arity + 1):
-                emit(f"            f{j} += idx * strides[{j}, d]")
-            emit(f"        qo = address_as_pointer(o + f0 * {isz[0]}, np.{st[0]})")
+                emit(f"            g{j} += idx * strides[{j}, d]")
             emit("        so = strides[0, nd - 1]")
             for k in range(arity):
-                emit(f"        q{k} = address_as_pointer(a{k} + f{k + 1} * {isz[k + 1]}, "
-                     f"np.{st[k + 1]})")
                 emit(f"        s{k} = strides[{k + 1}, nd - 1]")
+            emit("        for rr in range(r0, r1):")
+            for j in range(arity + 1):
+                mid = f" + rr * strides[{j}, nd - 2]" if tiled else ""
+                nm = "o" if j == 0 else f"a{j - 1}"
+                q = "qo" if j == 0 else f"q{j - 1}"
+                emit(f"            {q} = address_as_pointer({nm} + (g{j}{mid}) * {isz[j]}, "
+                     f"np.{st[j]})")
             for line in loads("q", "0", "hoisted"):
-                emit("        " + line)
-            emit("        for i in range(c1 - c0):")
-            for line in loads("q", "i", "loop"):
                 emit("            " + line)
-            out_idx = "i" if pattern[0] == "1" else "i * so"
-            emit(f"            qo[{out_idx}] = {store}")
+            emit("            m = c1 - c0")
+            if pattern[0] == "1" and not tiled:
+                # Stream long contiguous output rows: peel to 64-byte alignment, then NT.
+                emit("            if nt:")
+                emit(f"                addr = o + g0 * {isz[0]}")
+                emit(f"                head = ((64 - (addr & 63)) & 63) // {isz[0]}")
+                emit(f"                if addr % {isz[0]} != 0 or head > m:")
+                emit("                    head = m")
+                emit("                for i in range(head):")
+                for line in loads("q", "i", "loop"):
+                    emit("                    " + line)
+                emit(f"                    qo[i] = {store}")
+                emit(f"                qo = address_as_pointer(addr + head * {isz[0]}, np.{st[0]})")
+                for k in range(arity):
+                    if pattern[k + 1] != "0":
+                        emit(f"                q{k} = address_as_pointer(a{k} + (g{k + 1} + head * s{k})"
+                             f" * {isz[k + 1]}, np.{st[k + 1]})")
+                emit("                for i in range(m - head):")
+                for line in loads("q", "i", "loop"):
+                    emit("                    " + line)
+                emit(f"                    nt_store(qo, i, {store})")
+                emit("                sfence()")
+                emit("            else:")
+                emit("                for i in range(m):")
+                for line in loads("q", "i", "loop"):
+                    emit("                    " + line)
+                emit(f"                    qo[{out_idx}] = {store}")
+            else:
+                emit("            for i in range(m):")
+                for line in loads("q", "i", "loop"):
+                    emit("                " + line)
+                emit(f"                qo[{out_idx}] = {store}")
             emit("    return 0")
 
     # Array launchers: bounds and overlap checks in compiled code. meta layout (int64):
@@ -197,7 +249,7 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
     # input k: aliasable flag. Return 0 (done), 1+j (operand j out of bounds), 100+k (output
     # overlaps input k: the caller decides exactly).
     nops = arity + 1
-    base = 3 if kind == "flat" else 1
+    base = 3
     for par in (False, True):
         fname = "launch_parallel" if par else "launch_serial"
         emit("\n\n@njit(**OPTS)")
@@ -218,7 +270,7 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
         if kind == "flat":
             emit(f"    {fn}({ptrs}, meta[0], meta[1])")
         else:
-            emit(f"    {fn}({ptrs}, shape, strides, meta[0])")
+            emit(f"    {fn}({ptrs}, shape, strides, meta[0], meta[1])")
         emit("    return 0")
     return PRELUDE + "\n".join(L) + "\n"
 
