@@ -68,6 +68,8 @@ class OperatorDescriptor:
         if isinstance(workspace, int):
             return  # raw address: trusted
         info = inspect_buffer(workspace, "workspace")
+        if info.readonly:  # the kernel writes its scratch data there
+            raise InfiniError(Status.BAD_PARAM, "operand 'workspace': buffer is read-only")
         if info.hi - info.lo < need:
             raise InfiniError(Status.INSUFFICIENT_WORKSPACE,
                               f"{self.name} needs a workspace of {need} bytes, got {info.hi - info.lo}")

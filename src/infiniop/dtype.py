@@ -138,6 +138,8 @@ def as_dtype(value) -> DType:
     """Accept a DType, its int value, its name ('float16'), or a NumPy/torch dtype."""
     if isinstance(value, DType):
         return value
+    if value is None:  # np.dtype(None) is float64: never let a missing dtype mean float64
+        raise InfiniError(Status.BAD_TENSOR_DTYPE, "dtype is None")
     if isinstance(value, str):
         for d, name in _SHORT.items():
             if name == value or d.name == value.upper():

@@ -49,15 +49,16 @@ def _bounds(address: int, shape, byte_strides, itemsize: int) -> tuple[int, int]
     return lo, hi + itemsize
 
 
-def _from_ndarray(a: np.ndarray) -> BufferInfo:
+def _from_ndarray(a: np.ndarray, name: str = "buffer") -> BufferInfo:
     try:
         dt = from_numpy(a.dtype)
     except InfiniError:
-        raise InfiniError(Status.BAD_TENSOR_DTYPE, f"array dtype {a.dtype} is not supported") from None
+        raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                          f"operand '{name}': array dtype {a.dtype} is not supported") from None
     isz = a.itemsize
     if any(s % isz for s in a.strides):
-        raise InfiniError(Status.BAD_TENSOR_STRIDES,
-                          f"array strides {a.strides} (bytes) are not multiples of {isz}")
+        raise InfiniError(Status.BAD_TENSOR_STRIDES, f"operand '{name}': array strides "
+                          f"{a.strides} (bytes) are not multiples of {isz}")
     addr = a.__array_interface__["data"][0]
     lo, hi = _bounds(addr, a.shape, a.strides, isz)
     return BufferInfo(addr, dt, a.shape, tuple(s // isz for s in a.strides), lo, hi,
@@ -68,8 +69,12 @@ def _is_torch_tensor(obj) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
 
-def _from_torch(t) -> BufferInfo:
-    dt = from_torch(t.dtype)
+def _from_torch(t, name: str = "buffer") -> BufferInfo:
+    try:
+        dt = from_torch(t.dtype)
+    except InfiniError:
+        raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                          f"operand '{name}': tensor dtype {t.dtype} is not supported") from None
     isz = dt.itemsize
     addr = t.data_ptr()
     shape, strides = tuple(t.shape), tuple(t.stride())
@@ -81,20 +86,22 @@ def _from_torch(t) -> BufferInfo:
 def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
     """Describe ``obj`` (array, tensor, DLPack / array-interface object, or int address)."""
     if type(obj) is np.ndarray:
-        return _from_ndarray(obj)
+        return _from_ndarray(obj, name)
     if isinstance(obj, int) and not isinstance(obj, bool):
         if obj == 0:
             raise InfiniError(Status.NULL_POINTER, f"operand '{name}': null address")
+        if not 0 < obj < 2**64:
+            raise InfiniError(Status.BAD_PARAM, f"operand '{name}': {obj} is not an address")
         return BufferInfo(obj, None, None, None, None, None, False, "cpu", None)
     if _is_torch_tensor(obj):
-        return _from_torch(obj)
+        return _from_torch(obj, name)
     if isinstance(obj, np.ndarray):
-        return _from_ndarray(obj)
+        return _from_ndarray(obj, name)
     if hasattr(obj, "__dlpack__"):
         dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
         if dev in (1, 3):  # kDLCPU, kDLCUDAHost
             try:
-                return _from_ndarray(np.from_dlpack(obj))
+                return _from_ndarray(np.from_dlpack(obj), name)
             except (BufferError, RuntimeError, TypeError) as e:
                 err = e
         else:
@@ -102,10 +109,12 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
         try:
             import torch
 
-            return _from_torch(torch.from_dlpack(obj))
+            t = torch.from_dlpack(obj)
         except Exception as e:  # noqa: BLE001 - any failure means we cannot read it
+            # (the dtype check stays outside: an unsupported dtype is BAD_TENSOR_DTYPE)
             raise InfiniError(Status.BAD_PARAM,
                               f"operand '{name}': cannot read its DLPack export ({err or e})") from e
+        return _from_torch(t, name)
     if hasattr(obj, "__cuda_array_interface__"):
         cai = obj.__cuda_array_interface__
         dt = from_numpy(np.dtype(cai["typestr"]))
@@ -117,7 +126,10 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
         return BufferInfo(addr, dt, shape, tuple(s // isz for s in bstrides), lo, hi, bool(ro),
                           "cuda", obj)
     if hasattr(obj, "__array_interface__"):
-        return _from_ndarray(np.asarray(obj))
+        a = np.asarray(obj)
+        if isinstance(obj, np.generic):  # a NumPy scalar: ``a`` is a copy, writes would be lost
+            a.flags.writeable = False
+        return _from_ndarray(a, name)
     raise InfiniError(Status.BAD_PARAM,
                       f"operand '{name}': {type(obj).__name__} is not an array, tensor or address")
 

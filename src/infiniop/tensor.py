@@ -13,9 +13,13 @@ _INT64_MAX = 2**63 - 1
 
 def _int_tuple(values, what: str) -> tuple[int, ...]:
     try:
-        return tuple(operator.index(v) for v in values)
+        items = tuple(values)
+        out = tuple(operator.index(v) for v in items)
     except TypeError:
         raise InfiniError(Status.BAD_PARAM, f"{what} must be a sequence of ints, got {values!r}") from None
+    if any(isinstance(v, bool) for v in items):  # operator.index(True) == 1: refuse it
+        raise InfiniError(Status.BAD_PARAM, f"{what} must be a sequence of ints, got {values!r}")
+    return out
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -50,6 +54,8 @@ class TensorDescriptor:
         shp = _int_tuple(shape, "shape")
         if any(n < 0 for n in shp):
             raise InfiniError(Status.BAD_TENSOR_SHAPE, f"shape {shp} has a negative extent")
+        if any(n > _INT64_MAX for n in shp):  # even with another extent 0: must fit an int64
+            raise InfiniError(Status.BAD_TENSOR_SHAPE, f"shape {shp} has an extent over 2**63 - 1")
         if strides is None:
             st = contiguous_strides(shp)
         else:
@@ -59,6 +65,9 @@ class TensorDescriptor:
                     Status.BAD_TENSOR_STRIDES,
                     f"strides {st} has {len(st)} entries but shape {shp} has {len(shp)} dims",
                 )
+            if any(abs(s) * dt.itemsize > _INT64_MAX for s in st):  # kernels hold them in int64
+                raise InfiniError(Status.BAD_TENSOR_STRIDES,
+                                  f"strides {st} do not fit 2**63 bytes")
         numel = prod(shp)
         if numel * dt.itemsize > _INT64_MAX:
             raise InfiniError(Status.BAD_TENSOR_SHAPE, f"shape {shp} is larger than 2**63 bytes")
@@ -69,7 +78,7 @@ class TensorDescriptor:
                     lo += (n - 1) * s
                 else:
                     hi += (n - 1) * s
-        if max(-lo, hi + 1) * dt.itemsize > _INT64_MAX:
+        if (hi - lo + 1) * dt.itemsize > _INT64_MAX:  # the span from lowest to highest byte
             raise InfiniError(
                 Status.BAD_TENSOR_STRIDES, f"strides {st} reach beyond 2**63 bytes for shape {shp}"
             )
@@ -79,6 +88,9 @@ class TensorDescriptor:
         if hasattr(self, "_hi"):
             raise AttributeError("TensorDescriptor is immutable")
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        raise AttributeError("TensorDescriptor is immutable")
 
     dtype: DType = property(lambda self: self._dtype)  # type: ignore[assignment]
     shape: tuple[int, ...] = property(lambda self: self._shape)  # type: ignore[assignment]
@@ -103,7 +115,10 @@ class TensorDescriptor:
         return self.numel == 0
 
     def is_contiguous(self) -> bool:
-        """Row-major dense (size-1 dims may have any stride)."""
+        """Row-major dense (size-1 dims may have any stride; empty tensors are contiguous, as
+        in NumPy and torch)."""
+        if self.numel == 0:
+            return True
         step = 1
         for n, s in zip(reversed(self._shape), reversed(self._strides)):
             if n != 1 and s != step:
@@ -121,6 +136,9 @@ class TensorDescriptor:
         from .interop import inspect_buffer
 
         info = inspect_buffer(obj)
+        if info.trusted:
+            raise InfiniError(Status.BAD_PARAM,
+                              "a raw address has no dtype or shape; build the descriptor yourself")
         return cls(info.dtype, info.shape, info.strides)
 
     def __eq__(self, other) -> bool:
