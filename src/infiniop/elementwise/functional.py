@@ -17,8 +17,9 @@ from ..memory import empty_aligned
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
 
-CACHE_SIZE = 1024  # descriptors kept by the functional front end (least recently used dropped)
-_cache: OrderedDict = OrderedDict()
+CACHE_SIZE = 1024  # entries kept per cache (least recently used dropped first)
+_cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shape, out dtype)
+_descriptors: OrderedDict = OrderedDict()  # operand layouts -> descriptor (every array kind)
 _cache_lock = threading.Lock()
 _handle = None
 
@@ -44,28 +45,57 @@ def _layout(x):
 
 
 def _descriptor(spec, out, ins):
+    """Create (or reuse) the descriptor for these operands' layouts."""
     key = (spec.key,) + tuple(_layout(a) for a in (out,) + ins)
-    with _cache_lock:
-        d = _cache.get(key)
-        if d is not None:
-            _cache.move_to_end(key)
-            return d
+    hit = _descriptors.get(key)
+    if hit is not None:
+        return hit
     descs = [TensorDescriptor(as_dtype(dt), shape, strides) for dt, shape, strides in key[1:]]
     d = spec.create_descriptor(_cpu_handle(), descs[0], *descs[1:])
     with _cache_lock:
-        _cache[key] = d
-        if len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+        _descriptors[key] = d
+        while len(_descriptors) > CACHE_SIZE:
+            _descriptors.popitem(last=False)
     return d
 
 
 def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
+        _descriptors.clear()
 
 
 def call(spec, args, out=None):
     """Run ``spec`` on arrays/tensors/scalars. Scalars take the dtype of the array operands."""
+    # Fast path: NumPy arrays only, layouts seen before -> one dict lookup, no planning.
+    key = _numpy_key(spec, args, out)
+    if key is not None:
+        hit = _cache.get(key)
+        if hit is not None:
+            try:
+                _cache.move_to_end(key)
+            except KeyError:  # evicted by another thread meanwhile: harmless
+                pass
+            desc, shape, npdt = hit
+            if out is None:
+                out = empty_aligned(shape, npdt)
+            desc.calculate(None, out, *args)
+            return out
+    return _call_general(spec, args, out, key)
+
+
+def _numpy_key(spec, args, out):
+    if out is not None and type(out) is not np.ndarray:
+        return None
+    key = [spec.key, None if out is None else (out.shape, out.strides, out.dtype)]
+    for a in args:
+        if type(a) is not np.ndarray:
+            return None
+        key.append((a.shape, a.strides, a.dtype))
+    return tuple(key)
+
+
+def _call_general(spec, args, out, key):
     if len(args) != spec.arity:
         raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
                           f"({', '.join(spec.inputs)}), got {len(args)}")
@@ -88,17 +118,20 @@ def call(spec, args, out=None):
             if use_torch:
                 import torch
 
-                v = torch.from_numpy(v.view(np.int16) if want in (DType.BF16,) else v)
+                v = torch.from_numpy(v.view(np.int16) if want is DType.BF16 else v)
                 if want is DType.BF16:
                     v = v.view(torch.bfloat16)
             ins.append(v)
-        elif hasattr(a, "__array_interface__") or hasattr(a, "__dlpack__"):
-            ins.append(np.asarray(a) if not hasattr(a, "__dlpack__") else np.from_dlpack(a))
+        elif hasattr(a, "__dlpack__"):
+            ins.append(np.from_dlpack(a))
+        elif hasattr(a, "__array_interface__"):
+            ins.append(np.asarray(a))
         else:
             raise InfiniError(Status.BAD_PARAM,
                               f"operand '{spec.inputs[k]}': cannot use {type(a).__name__}")
     shape = broadcast_shape([tuple(a.shape) for a in ins], list(spec.inputs))
-    if out is None:
+    fresh = out is None
+    if fresh:
         if use_torch:
             import torch
 
@@ -109,7 +142,16 @@ def call(spec, args, out=None):
             out = empty_aligned(shape, dtype.numpy)
     desc = _descriptor(spec, out, tuple(ins))
     desc.calculate(None, out, *ins)
+    if key is not None and all(type(a) is np.ndarray for a in ins):
+        _remember(key, (desc, shape, dtype.numpy))
     return out
+
+
+def _remember(key, value) -> None:
+    with _cache_lock:
+        _cache[key] = value
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
 
 
 def result_dtype(x) -> DType:

@@ -58,12 +58,18 @@ class ElementwiseSpec:
 
     def __call__(self, *arrays, out=None):
         """Functional form on arrays: broadcasts like NumPy, returns the input's array kind."""
-        from .functional import call
-
-        return call(self, arrays, out)
+        return _functional_call(self, arrays, out)
 
     def __repr__(self) -> str:
         return f"<elementwise operator {self.name}({', '.join(self.inputs)})>"
+
+
+def _functional_call(spec, arrays, out):
+    global _functional_call
+    from .functional import call
+
+    _functional_call = call  # bind once: the functional path is called in hot loops
+    return call(spec, arrays, out)
 
 
 def elementwise(name: str, inputs: tuple[str, ...] | list[str], dtypes, expr: Callable, *,

@@ -20,3 +20,9 @@ def extent_of(a):
         else:
             hi += span
     return lo, hi + a.itemsize
+
+
+@njit(cache=True, nogil=True)
+def address_of(a):
+    """The array's data address."""
+    return a.ctypes.data

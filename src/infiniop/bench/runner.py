@@ -1,0 +1,149 @@
+"""Run the suite: measure the ceiling, check agreement, time interleaved, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+
+import numpy as np
+
+from .machine import copy_bandwidth, describe
+from .suite import Case, default_suite
+from .timing import interleaved
+
+
+def _same(x: np.ndarray, y: np.ndarray) -> bool:
+    """Bit-identical, except that any NaN equals any NaN."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+        x, y = x.astype(np.float64), y.astype(np.float64)  # exact for every float type we use
+        nx, ny = np.isnan(x), np.isnan(y)
+        x, y = np.where(nx, 0.0, x), np.where(ny, 0.0, y)
+        return bool(np.array_equal(nx, ny) and np.array_equal(x.view(np.int64), y.view(np.int64)))
+    return bool(np.array_equal(x, y))
+
+
+def _select(cases: list[Case], ops, dtypes, layouts, sizes) -> list[Case]:
+    return [c for c in cases
+            if (not ops or c.op in ops) and (not dtypes or c.dtype in dtypes)
+            and (not layouts or c.layout in layouts) and (not sizes or c.size in sizes)]
+
+
+def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads: int | None = None,
+        json_path: str | None = None, plot_path: str | None = None, device: str = "cpu",
+        ceiling_bytes: int | None = None, rounds: int | None = None, out=sys.stdout,
+        cases: list[Case] | None = None) -> list[dict]:
+    """Run the benchmark and return its records (also printed, and written as JSON lines)."""
+    if device != "cpu":
+        from ..device import create_handle
+
+        create_handle(device)  # raises the right status if the device is not usable here
+        raise SystemExit(f"infiniop bench: device {device} runs benchmarks/bench_gpu.py on a GPU machine")
+    from ..backends.cpu import runtime
+
+    if threads:
+        runtime.set_num_threads(threads)
+    threads = runtime.num_threads()
+    rounds = rounds or (3 if quick else 5)
+    min_time = 0.01 if quick else 0.03
+    machine = describe()
+    _progress(f"measuring copy bandwidth ({'quick' if quick else 'full'})...")
+    ceiling = copy_bandwidth(ceiling_bytes or ((256 << 20) if quick else (512 << 20)),
+                             rounds=3 if quick else 5)
+    header = {"kind": "machine", "date": time.strftime("%Y-%m-%d"), **machine, "copy": ceiling}
+    records = [header]
+    selected = cases if cases is not None else _select(default_suite(quick, threads), ops, dtypes,
+                                                       layouts, sizes)
+    for i, case in enumerate(selected):
+        _progress(f"[{i + 1}/{len(selected)}] {case.name}")
+        records.append(_run_case(case, ceiling["ceiling_gbps"], rounds, min_time))
+    _print_table(records, out)
+    if json_path:
+        with open(json_path, "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+    if plot_path:
+        from .plot import plot
+
+        plot(records, plot_path)
+    return records
+
+
+def _run_case(case: Case, ceiling: float, rounds: int, min_time: float) -> dict:
+    rec = {"kind": "case", "op": case.op, "dtype": case.dtype, "layout": case.layout,
+           "shape": list(case.shape), "size": case.size}
+    try:
+        prep = case.build()
+    except Exception as e:  # noqa: BLE001 - a case that cannot be built is reported, not fatal
+        return {**rec, "error": f"build failed: {type(e).__name__}: {e}"}
+    rec["bytes"] = prep.nbytes
+    for fn in prep.impls.values():
+        fn()
+    ref = prep.results["infiniop"]()
+    bad = [k for k in prep.impls if k != "infiniop" and not _same(prep.results[k](), ref)]
+    if bad:
+        return {**rec, "error": f"results disagree with infiniop: {', '.join(bad)}; not timed"}
+    timings = interleaved(prep.impls, rounds=rounds, min_time=min_time)
+    rec["impls"] = {}
+    for k, t in timings.items():
+        gbps = prep.nbytes / t.median / 1e9
+        rec["impls"][k] = {**asdict(t), "spread": t.spread, "gbps": gbps, "of_ceiling": gbps / ceiling}
+    ours = timings["infiniop"].median
+    for peer in ("numpy", "torch"):
+        if peer in timings:
+            rec[f"speedup_vs_{peer}"] = timings[peer].median / ours
+    peers = [timings[p].median for p in ("numpy", "torch") if p in timings]
+    rec["speedup_vs_best_peer"] = min(peers) / ours
+    return rec
+
+
+def _progress(msg: str) -> None:
+    if sys.stderr.isatty():
+        print("\r\033[K" + msg, end="", file=sys.stderr, flush=True)
+
+
+def _fmt_time(s: float) -> str:
+    return f"{s * 1e6:.1f}us" if s < 1e-3 else f"{s * 1e3:.2f}ms"
+
+
+def _print_table(records: list[dict], out) -> None:
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr)
+    head = records[0]
+    c = head["copy"]
+    print(f"infiniop {head['infiniop']} bench, {head['date']}, {head['cpu']} ({head['cores']} cores, "
+          f"{head.get('threads')} threads, {head.get('threading_layer')})", file=out)
+    print(f"copy ceiling {c['ceiling_gbps']:.1f} GB/s (numpy copyto {c['numpy_gbps']:.1f}, "
+          f"infiniop {c['infiniop_gbps']:.1f}); times are medians; GB/s = bytes read+written / time",
+          file=out)
+    cols = ["case", "infiniop", "GB/s", "%ceil", "fn", "numpy", "torch", "x numpy", "x torch", "spread"]
+    rows = []
+    for r in records[1:]:
+        name = f"{r['op']} {r['dtype']} {r['layout']} {'x'.join(map(str, r['shape']))}"
+        if "error" in r:
+            rows.append([name, "ERROR: " + r["error"]] + [""] * (len(cols) - 2))
+            continue
+        im = r["impls"]
+        g = im["infiniop"]
+        rows.append([
+            name, _fmt_time(g["median"]), f"{g['gbps']:.1f}", f"{100 * g['of_ceiling']:.0f}%",
+            _fmt_time(im["infiniop.fn"]["median"]) if "infiniop.fn" in im else "-",
+            _fmt_time(im["numpy"]["median"]) if "numpy" in im else "-",
+            _fmt_time(im["torch"]["median"]) if "torch" in im else "-",
+            f"{r['speedup_vs_numpy']:.2f}" if "speedup_vs_numpy" in r else "-",
+            f"{r['speedup_vs_torch']:.2f}" if "speedup_vs_torch" in r else "-",
+            f"{100 * g['spread']:.0f}%",
+        ])
+    widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
+    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(cols, widths)))
+    print(line, file=out)
+    for row in rows:
+        if row[1].startswith("ERROR"):
+            print(row[0].ljust(widths[0]) + "  " + row[1], file=out)
+            continue
+        print("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
+                        for i, (x, w) in enumerate(zip(row, widths))), file=out)

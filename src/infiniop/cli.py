@@ -1,0 +1,112 @@
+"""Command line: ``infiniop demo | bench | info | clear-cache`` (also ``python -m infiniop``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _demo() -> int:
+    """A small tour that prints what it did: descriptor API, broadcasting, fp16, in-place, errors."""
+    import time
+
+    import numpy as np
+
+    import infiniop as ip
+
+    t0 = time.perf_counter()
+    handle = ip.create_handle("cpu")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.array([0.5, 1.5, 2.5, 3.5], np.float32)
+    c = np.empty_like(a)
+    desc = ip.create_sub_descriptor(handle, ip.TensorDescriptor.from_array(c),
+                                    ip.TensorDescriptor.from_array(a), ip.TensorDescriptor.from_array(b))
+    desc.calculate(None, c, a, b)
+    print(f"created {handle} and a sub descriptor for (3, 4) - (4,), workspace {desc.workspace_size} B")
+    print("sub(a, b) =\n", c)
+    assert np.array_equal(c, a - b)
+    h = np.linspace(-3, 3, 7).astype(np.float16)
+    print("clip(fp16 x, -1, 2) =", ip.clip(h, -1.0, 2.0), "(computed in fp32, rounded to nearest even)")
+    ip.mul(a, a, out=a)
+    print("in-place mul(a, a, out=a): a[0] =", a[0])
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    y = ip.rearrange(x, "n c w -> n w c") if hasattr(ip, "rearrange") else x.transpose(0, 2, 1)
+    same = np.array_equal(y, x.transpose(0, 2, 1))
+    print("rearrange 'n c w -> n w c': shape", y.shape, "equal to numpy:", same)
+    try:
+        ip.create_sub_descriptor(handle, ip.TensorDescriptor(ip.float32, (4, 5)),
+                                 ip.TensorDescriptor(ip.float32, (4, 5)),
+                                 ip.TensorDescriptor(ip.float32, (4, 6)))
+    except ip.InfiniError as e:
+        print(f"a bad call raises InfiniError({e.status.name}): {e}")
+    print(f"done in {time.perf_counter() - t0:.2f} s (first run compiles kernels; later runs load them "
+          "from the disk cache)")
+    return 0
+
+
+def _info() -> int:
+    import infiniop as ip
+    from infiniop.backends.cpu import codegen, runtime
+    from infiniop.device import Device
+
+    print(f"infiniop {ip.__version__}")
+    for dev in Device:
+        try:
+            ip.create_handle(dev)
+            state = "available"
+        except ip.InfiniError as e:
+            state = f"{e.status.name}: {e}"
+        print(f"  {dev.name.lower():10s} {state}")
+    print(f"threads {runtime.num_threads()} (layer {runtime.threading_layer()}, "
+          f"TBB found: {runtime.HAVE_TBB})")
+    print(f"parallel above {runtime.PARALLEL_THRESHOLD} elements; non-temporal stores above "
+          f"{runtime.NT_THRESHOLD_BYTES >> 20} MiB of output")
+    print(f"kernel cache {runtime.CACHE_DIR} ({codegen.cache_size_bytes() / 1e6:.1f} MB)")
+    return 0
+
+
+def _clear_cache() -> int:
+    import shutil
+
+    from infiniop.backends.cpu import runtime
+
+    shutil.rmtree(runtime.CACHE_DIR, ignore_errors=True)
+    print(f"removed {runtime.CACHE_DIR}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="infiniop", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("demo", help="run a short demo that prints what it does")
+    sub.add_parser("info", help="version, devices, threads, kernel cache")
+    sub.add_parser("clear-cache", help="delete compiled kernels")
+    b = sub.add_parser("bench", help="benchmark against NumPy / PyTorch and the copy bandwidth")
+    b.add_argument("--quick", action="store_true", help="a small suite (under a minute, warm cache)")
+    b.add_argument("--op", action="append", default=[], help="sub, add, mul, clip, rearrange")
+    b.add_argument("--dtype", action="append", default=[], help="float32, float16, bfloat16, float64")
+    b.add_argument("--layout", action="append", default=[],
+                   help="contiguous, scalar_bcast, numpy_bcast, transposed, strided_out, copy, "
+                        "nchw_nhwc, transpose2d, permute6d")
+    b.add_argument("--size", action="append", type=int, default=[], help="elements (e.g. 16777216)")
+    b.add_argument("--threads", type=int, help="threads for infiniop and torch (default: all cores)")
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--json", metavar="FILE", help="write JSON lines (one per case, first = machine)")
+    b.add_argument("--plot", metavar="FILE.png", help="plot GB/s against size (needs matplotlib)")
+    args = p.parse_args(argv)
+    if args.cmd == "demo":
+        return _demo()
+    if args.cmd == "info":
+        return _info()
+    if args.cmd == "clear-cache":
+        return _clear_cache()
+    from .bench import run
+
+    records = run(quick=args.quick, ops=args.op, dtypes=args.dtype, layouts=args.layout,
+                  sizes=args.size, threads=args.threads, json_path=args.json, plot_path=args.plot,
+                  device=args.device)
+    return 1 if any("error" in r for r in records[1:]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
