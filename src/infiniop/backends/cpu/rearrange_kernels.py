@@ -1,0 +1,272 @@
+"""CPU kernels for rearrange (strided copies), chosen once per descriptor by ``build(meta)``.
+
+Three kernel families, each specialised only by the size of the word it moves (a ``marker``
+argument: an empty uint8/16/32/64 array), never by dtype or operator:
+
+- ``memcpy``: one contiguous run of bytes; split in 64-byte aligned chunks across threads, with
+  non-temporal 64-byte line stores above ``runtime.NT_THRESHOLD_BYTES``.
+- ``units``: an N-D loop over contiguous units (words, small word groups, or big runs copied with
+  memcpy / NT lines); the innermost loop walks the destination's fastest dim.
+- ``transpose``: a batched generalised 2-D transpose. Rows r are units contiguous in the
+  destination, columns c are units contiguous in the source; row r of the source starts at byte
+  ``row_src[r]``, column c of the destination at ``col_dst[c]`` (tables built at plan time, so
+  several dims can be folded into one side). Tasks of 32 rows walk along source rows in L x L
+  micro-tiles transposed in registers (``transpose.tile_transpose``); edges use masks.
+
+All kernels take raw addresses; the descriptor has checked the buffers. Serial variants run
+below ``runtime.PARALLEL_THRESHOLD`` elements; ``prange`` (TBB) above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from . import runtime
+from .intrinsics import address_as_pointer
+from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose
+
+TASK_ROWS = 32  # source rows per transpose task (32 read streams: what the prefetcher tracks)
+_CHUNK_BYTES = 1 << 20
+MARKERS = {w: np.empty(0, dtype=f"u{w}") for w in (1, 2, 4, 8)}
+
+
+# ---------------------------------------------------------------------------- helpers (inlined)
+
+@njit(inline="always")
+def _copy_run(dst, src, n, nt):
+    """Copy n contiguous bytes; NT 64-byte lines for the aligned middle when ``nt``."""
+    if nt and n >= 512:
+        head = (-dst) & 63
+        memcpy_bytes(dst, src, head)
+        lines = (n - head) >> 6
+        d = dst + head
+        s = src + head
+        for i in range(lines):
+            copy_line(d + 64 * i, s + 64 * i, True)
+        done = head + 64 * lines
+        memcpy_bytes(dst + done, src + done, n - done)
+    else:
+        memcpy_bytes(dst, src, n)
+
+
+@njit(inline="always")
+def _inner(marker, d, s, m, ds, ss, unit, nt):
+    """m units of ``unit`` bytes, destination stride ds, source stride ss (bytes)."""
+    w = marker.itemsize
+    if unit == w:
+        dp = address_as_pointer(d, marker.dtype)
+        sp = address_as_pointer(s, marker.dtype)
+        dw = ds // w
+        sw = ss // w
+        if dw == 1:
+            if sw == 0:
+                v = sp[0]
+                for k in range(m):
+                    dp[k] = v
+            elif sw == 1:
+                for k in range(m):
+                    dp[k] = sp[k]
+            elif sw == -1:
+                for k in range(m):
+                    dp[k] = sp[-k]
+            else:
+                for k in range(m):
+                    dp[k] = sp[k * sw]
+        else:
+            for k in range(m):
+                dp[k * dw] = sp[k * sw]
+    elif unit <= 64:
+        kw = unit // w
+        for k in range(m):
+            dp = address_as_pointer(d + k * ds, marker.dtype)
+            sp = address_as_pointer(s + k * ss, marker.dtype)
+            for t in range(kw):
+                dp[t] = sp[t]
+    else:
+        for k in range(m):
+            _copy_run(d + k * ds, s + k * ss, unit, nt)
+
+
+@njit(inline="always")
+def _units_range(marker, dst, src, shape, dstr, sstr, unit, nt, start, stop):
+    """Units start..stop-1 of the row-major iteration over ``shape`` (last dim innermost)."""
+    nd = shape.shape[0]
+    n = shape[nd - 1]
+    ds = dstr[nd - 1]
+    ss = sstr[nd - 1]
+    idx = np.zeros(nd, np.int64)
+    rem = start // n
+    i = start - rem * n
+    doff = 0
+    soff = 0
+    for j in range(nd - 1):
+        k = nd - 2 - j
+        q = rem // shape[k]
+        idx[k] = rem - q * shape[k]
+        rem = q
+        doff += idx[k] * dstr[k]
+        soff += idx[k] * sstr[k]
+    pos = start
+    while pos < stop:
+        m = min(n - i, stop - pos)
+        _inner(marker, dst + doff + i * ds, src + soff + i * ss, m, ds, ss, unit, nt)
+        pos += m
+        i = 0
+        for j in range(nd - 1):
+            k = nd - 2 - j
+            idx[k] += 1
+            doff += dstr[k]
+            soff += sstr[k]
+            if idx[k] < shape[k]:
+                break
+            doff -= shape[k] * dstr[k]
+            soff -= shape[k] * sstr[k]
+            idx[k] = 0
+
+
+@njit(inline="always")
+def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, head,
+                     nt, t0, t1):
+    """Tasks t0..t1-1. A task is (batch, row block); row blocks are ``tr`` rows starting at
+    ``head`` (block 0 is rows 0..head-1 when head > 0), so that full micro-tiles start where
+    the destination rows are 64-byte aligned."""
+    lanes = 64 // marker.itemsize
+    tr = max(TASK_ROWS, lanes)
+    first = head - tr if head > 0 else 0
+    nrb = (rows - first + tr - 1) // tr
+    nb = bshape.shape[0]
+    rs = row_src.ctypes.data
+    cd = col_dst.ctypes.data
+    for t in range(t0, t1):
+        b = t // nrb
+        k = t - b * nrb
+        r_start = max(0, first + k * tr)
+        r_end = min(rows, first + (k + 1) * tr)
+        db = dst
+        sb = src
+        rem = b
+        for j in range(nb):
+            kk = nb - 1 - j
+            q = rem // bshape[kk]
+            i = rem - q * bshape[kk]
+            rem = q
+            db += i * bdstr[kk]
+            sb += i * bsstr[kk]
+        for c0 in range(0, cols, lanes):
+            kc = min(lanes, cols - c0)
+            for r0 in range(r_start, r_end, lanes):
+                kr = min(lanes, r_end - r0)
+                tile_transpose(marker, sb, rs + 8 * r0, c0, db, cd + 8 * c0, r0, kr, kc, nt)
+    if nt:
+        store_fence()
+
+
+@njit(inline="always")
+def _transpose_tasks(marker, rows, nbatch, head):
+    tr = max(TASK_ROWS, 64 // marker.itemsize)
+    first = head - tr if head > 0 else 0
+    return nbatch * ((rows - first + tr - 1) // tr)
+
+
+# ---------------------------------------------------------------------------- kernels
+
+@njit(cache=True)
+def memcpy_serial(marker, dst, src, nbytes, nt):
+    _copy_run(dst, src, nbytes, nt)
+    if nt:
+        store_fence()
+
+
+@njit(cache=True, parallel=True)
+def memcpy_parallel(marker, dst, src, nbytes, nt):
+    # chunk boundaries on 64-byte boundaries of dst, so every NT line is whole and aligned
+    nchunks = max(1, nbytes // _CHUNK_BYTES)
+    head = (-dst) & 63
+    for c in prange(nchunks):
+        a = 0 if c == 0 else head + ((nbytes - head) * c // nchunks) // 64 * 64
+        b = nbytes if c == nchunks - 1 else head + ((nbytes - head) * (c + 1) // nchunks) // 64 * 64
+        _copy_run(dst + a, src + a, b - a, nt)
+        if nt:
+            store_fence()
+
+
+@njit(cache=True)
+def units_serial(marker, dst, src, shape, dstr, sstr, unit, total, nt):
+    _units_range(marker, dst, src, shape, dstr, sstr, unit, nt, 0, total)
+    if nt:
+        store_fence()
+
+
+@njit(cache=True, parallel=True)
+def units_parallel(marker, dst, src, shape, dstr, sstr, unit, total, nt):
+    nchunks = min(total, 64)
+    for c in prange(nchunks):
+        _units_range(marker, dst, src, shape, dstr, sstr, unit, nt,
+                     total * c // nchunks, total * (c + 1) // nchunks)
+        if nt:
+            store_fence()
+
+
+@njit(cache=True)
+def transpose_serial(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, nbatch,
+                     head, nt):
+    ntasks = _transpose_tasks(marker, rows, nbatch, head)
+    _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, head,
+                     nt, 0, ntasks)
+
+
+@njit(cache=True, parallel=True)
+def transpose_parallel(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst,
+                       nbatch, head, nt):
+    ntasks = _transpose_tasks(marker, rows, nbatch, head)
+    nchunks = min(ntasks, 64)
+    for c in prange(nchunks):
+        _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst,
+                         head, nt, ntasks * c // nchunks, ntasks * (c + 1) // nchunks)
+
+
+# ---------------------------------------------------------------------------- plan -> callable
+
+def transpose_lanes(unit: int) -> int:
+    return 64 // unit
+
+
+def build(meta):
+    """A callable ``run(dst_address, src_address)`` for a planned rearrange (``RearrangeMeta``).
+
+    The addresses are those of element 0 of each tensor; the plan's origin offsets are added here.
+    """
+    kind = meta.kind
+    if kind == "empty":
+        return None
+    parallel = meta.numel >= runtime.PARALLEL_THRESHOLD
+    nt = meta.nbytes >= runtime.NT_THRESHOLD_BYTES
+    doff, soff = meta.dst_offset, meta.src_offset
+    marker = MARKERS[meta.word]
+    if kind == "memcpy":
+        fn = memcpy_parallel if parallel and meta.unit >= 2 * _CHUNK_BYTES else memcpy_serial
+        args = (meta.unit,)
+    elif kind == "units":
+        fn = units_parallel if parallel else units_serial
+        args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units)
+    else:
+        fn = transpose_parallel if parallel else transpose_serial
+        args = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
+                meta.row_src, meta.col_dst, meta.batches)
+        unit, lanes = meta.unit, 64 // meta.unit
+        if meta.rows_aligned and meta.rows > lanes:
+            # shift the row tiling so full micro-tiles store whole, aligned cache lines
+            def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args, _nt=nt):
+                d = dst + _d
+                head = ((-d) & 63) // unit if d % unit == 0 else 0
+                _fn(_m, d, src + _s, *_a, head, _nt)
+
+            return run
+        args += (0,)
+    args += (nt,)
+
+    def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args):
+        _fn(_m, dst + _d, src + _s, *_a)
+
+    return run

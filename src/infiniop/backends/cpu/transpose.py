@@ -1,0 +1,188 @@
+"""In-register tile transpose and 64-byte line copies for the rearrange kernels (llvmlite).
+
+``tile_transpose(marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt)`` moves one L x L micro-tile
+of U-byte units (U = ``marker.dtype`` itemsize in {1, 2, 4, 8}, L = 64 / U lanes, so every row
+is one 512-bit register):
+
+- source row i (i < kr) starts at ``src + s_off[i] + c0*U`` and is contiguous: units c0..c0+kc-1
+  are loaded with one masked vector load (lanes >= kc are not touched, rows >= kr are not
+  loaded at all);
+- the L registers are transposed with log2(L) rounds of two-source interleaves (a perfect
+  shuffle: ``vpermt2d``/``vpermt2w``/``vpermt2b``/``vpermt2q``);
+- destination row j (j < kc) starts at ``dst + d_off[j] + r0*U`` and receives units r0..r0+kr-1:
+  a full row (kr == L) is one 64-byte store, non-temporal when ``nt`` is true and the address
+  is 64-byte aligned (checked at run time, so the ``align 64`` claim is always true), an ordinary
+  unaligned store otherwise; a partial row is a masked store.
+
+``s_off``/``d_off`` are the addresses of int64 tables of byte offsets (entry 0 is row r0 / c0);
+only entries < kr / < kc are read. Any extents work: edges go through the same code with masks.
+
+``copy_line(dst, src, nt)`` copies 64 bytes (one cache line), NT when ``nt``; the caller
+guarantees ``dst`` is 64-byte aligned when ``nt`` is true. ``memcpy_bytes(dst, src, n)`` is
+``llvm.memcpy``.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+_PTR = ir.PointerType(ir.IntType(8))
+
+
+def _nt_md(builder):
+    return builder.module.add_metadata([ir.Constant(_I32, 1)])
+
+
+def _masked_load(builder, vt, ptr, mask, lanes, bits):
+    name = f"llvm.masked.load.v{lanes}i{bits}.p0"
+    fnty = ir.FunctionType(vt, [ptr.type, _I32, mask.type, vt])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    return builder.call(fn, [ptr, ir.Constant(_I32, 1), mask, ir.Constant(vt, None)])
+
+
+def _masked_store(builder, vt, value, ptr, mask, lanes, bits):
+    name = f"llvm.masked.store.v{lanes}i{bits}.p0"
+    fnty = ir.FunctionType(ir.VoidType(), [vt, ptr.type, _I32, mask.type])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    builder.call(fn, [value, ptr, ir.Constant(_I32, 1), mask])
+
+
+def _interleave(builder, a, b, lanes, high):
+    half = lanes // 2
+    base = half if high else 0
+    idx = []
+    for k in range(half):
+        idx += [base + k, lanes + base + k]
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, lanes), idx))
+
+
+def _vptr(builder, addr, vt):
+    return builder.inttoptr(addr, vt.as_pointer())
+
+
+@intrinsic
+def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt):
+    unit = marker.dtype.bitwidth // 8
+    if unit not in (1, 2, 4, 8):
+        return None
+    sig = types.void(marker, types.int64, types.int64, types.int64, types.int64, types.int64,
+                     types.int64, types.int64, types.int64, types.boolean)
+    lanes, bits = 64 // unit, unit * 8
+
+    def codegen(context, builder, signature, args):
+        _, src_, soff_, c0_, dst_, doff_, r0_, kr_, kc_, nt_ = args
+        nt_ = builder.icmp_unsigned("!=", nt_, ir.Constant(nt_.type, 0))
+        et = ir.IntType(bits)
+        vt = ir.VectorType(et, lanes)
+        mt = ir.VectorType(_I1, lanes)
+        lane_ids = ir.Constant(ir.VectorType(_I64, lanes), list(range(lanes)))
+
+        def splat(v):
+            undef = ir.Constant(ir.VectorType(_I64, lanes), None)
+            ins = builder.insert_element(undef, v, ir.Constant(_I32, 0))
+            return builder.shuffle_vector(ins, undef, ir.Constant(ir.VectorType(_I32, lanes),
+                                                                  [0] * lanes))
+
+        colmask = builder.icmp_signed("<", lane_ids, splat(kc_))
+        rowmask = builder.icmp_signed("<", lane_ids, splat(kr_))
+        zero_mask = ir.Constant(mt, None)
+        soff_p = builder.inttoptr(soff_, _I64.as_pointer())
+        doff_p = builder.inttoptr(doff_, _I64.as_pointer())
+        c0b = builder.mul(c0_, ir.Constant(_I64, unit))
+        r0b = builder.mul(r0_, ir.Constant(_I64, unit))
+        last_row = builder.sub(kr_, ir.Constant(_I64, 1))
+        rows = []
+        for i in range(lanes):
+            ci = ir.Constant(_I64, i)
+            live = builder.icmp_signed("<", ci, kr_)
+            # rows >= kr: read a valid table entry (the last live row) and load nothing
+            idx = builder.select(live, ci, last_row)
+            off = builder.load(builder.gep(soff_p, [idx]), align=8)
+            addr = builder.add(builder.add(src_, off), c0b)
+            mask = builder.select(live, colmask, zero_mask)
+            rows.append(_masked_load(builder, vt, _vptr(builder, addr, vt), mask, lanes, bits))
+        half = lanes // 2
+        steps = lanes.bit_length() - 1
+        for _ in range(steps):
+            new = [None] * lanes
+            for i in range(half):
+                a, b = rows[i], rows[i + half]
+                new[2 * i] = _interleave(builder, a, b, lanes, False)
+                new[2 * i + 1] = _interleave(builder, a, b, lanes, True)
+            rows = new
+        full = builder.icmp_signed("==", kr_, ir.Constant(_I64, lanes))
+        for j in range(lanes):
+            cj = ir.Constant(_I64, j)
+            with builder.if_then(builder.icmp_signed("<", cj, kc_), likely=True):
+                off = builder.load(builder.gep(doff_p, [cj]), align=8)
+                addr = builder.add(builder.add(dst_, off), r0b)
+                p = _vptr(builder, addr, vt)
+                with builder.if_else(full, likely=True) as (then_full, otherwise):
+                    with then_full:
+                        aligned = builder.icmp_unsigned(
+                            "==", builder.and_(addr, ir.Constant(_I64, 63)), ir.Constant(_I64, 0))
+                        with builder.if_else(builder.and_(nt_, aligned)) as (then_nt, plain):
+                            with then_nt:
+                                st = builder.store(rows[j], p, align=64)
+                                st.set_metadata("nontemporal", _nt_md(builder))
+                            with plain:
+                                builder.store(rows[j], p, align=1)
+                    with otherwise:
+                        _masked_store(builder, vt, rows[j], p, rowmask, lanes, bits)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def copy_line(typingctx, dst, src, nt):
+    sig = types.void(types.int64, types.int64, types.boolean)
+
+    def codegen(context, builder, signature, args):
+        dst_, src_, nt_ = args
+        nt_ = builder.icmp_unsigned("!=", nt_, ir.Constant(nt_.type, 0))
+        vt = ir.VectorType(_I64, 8)
+        v = builder.load(_vptr(builder, src_, vt), align=1)
+        p = _vptr(builder, dst_, vt)
+        with builder.if_else(nt_, likely=True) as (then_nt, plain):
+            with then_nt:
+                st = builder.store(v, p, align=64)
+                st.set_metadata("nontemporal", _nt_md(builder))
+            with plain:
+                builder.store(v, p, align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def store_fence(typingctx):
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                            "llvm.x86.sse.sfence")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def memcpy_bytes(typingctx, dst, src, n):
+    """``llvm.memcpy`` of n bytes between raw addresses (LLVM inlines small ones)."""
+    sig = types.void(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        dst_, src_, n_ = args
+        fnty = ir.FunctionType(ir.VoidType(), [_PTR, _PTR, _I64, _I1])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.memcpy.p0.p0.i64")
+        builder.call(fn, [builder.inttoptr(dst_, _PTR), builder.inttoptr(src_, _PTR), n_,
+                          ir.Constant(_I1, 0)])
+        return context.get_dummy_value()
+
+    return sig, codegen

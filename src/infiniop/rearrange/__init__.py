@@ -1,0 +1,78 @@
+"""rearrange: strided copies between any two layouts, and an einops-style front end.
+
+- ``create_rearrange_descriptor(handle, dst_desc, src_desc)``: the descriptor API.
+- ``rearrange(x, pattern, **axis_sizes)``: einops semantics, returns a new array.
+- ``copy_(dst, src)``: ``dst[...] = src`` for arrays/tensors (``src`` broadcasts to ``dst``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..interop import inspect_buffer
+from ..layout import broadcast_strides
+from ..status import InfiniError, Status
+from ..tensor import TensorDescriptor
+from .descriptor import RearrangeDescriptor, create_rearrange_descriptor
+from .meta import RearrangeMeta, plan
+from .pattern import parse, rearrange
+
+__all__ = ["RearrangeDescriptor", "RearrangeMeta", "copy_", "create_rearrange_descriptor",
+           "parse", "plan", "rearrange"]
+
+_HANDLE = None
+_COPIES: OrderedDict = OrderedDict()
+_CACHE_SIZE = 256
+
+
+def _descriptor_for(dst_desc: TensorDescriptor, src_desc: TensorDescriptor) -> RearrangeDescriptor:
+    global _HANDLE
+    if _HANDLE is None:
+        from ..device import create_handle
+
+        _HANDLE = create_handle("cpu")
+    return RearrangeDescriptor(_HANDLE, dst_desc, src_desc)
+
+
+def copy_(dst, src):
+    """``dst[...] = src`` through the rearrange kernel; ``src`` broadcasts to ``dst``'s shape
+    (NumPy rules). Same dtype required (BAD_TENSOR_DTYPE). Returns ``dst``.
+
+    >>> import numpy as np, infiniop
+    >>> a = np.zeros((2, 3), np.float32)
+    >>> infiniop.copy_(a, np.arange(3, dtype=np.float32))[1].tolist()
+    [0.0, 1.0, 2.0]
+    """
+    d = inspect_buffer(dst, "dst")
+    s = inspect_buffer(src, "src")
+    if d.trusted or s.trusted:
+        raise InfiniError(Status.BAD_PARAM, "copy_ needs arrays or tensors; for raw addresses use "
+                                            "create_rearrange_descriptor")
+    if d.device != "cpu" or s.device != "cpu":
+        raise InfiniError(Status.BAD_PARAM, f"copy_ runs on the cpu; got {d.device} and {s.device}")
+    key = (d.dtype, d.shape, d.strides, s.dtype, s.shape, s.strides)
+    desc = _COPIES.get(key)
+    if desc is None:
+        if d.dtype is not s.dtype:
+            raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                              f"operand 'src' is {s.dtype} but 'dst' is {d.dtype}; copy_ does "
+                              "not convert")
+        dst_desc = TensorDescriptor(d.dtype, d.shape, d.strides)
+        src_view = TensorDescriptor(s.dtype, s.shape, s.strides)
+        bstrides = broadcast_strides(src_view, d.shape, "src")
+        desc = _descriptor_for(dst_desc, TensorDescriptor(s.dtype, d.shape, bstrides))
+        _COPIES[key] = desc
+        if len(_COPIES) > _CACHE_SIZE:
+            _COPIES.popitem(last=False)
+    if d.readonly:
+        raise InfiniError(Status.BAD_PARAM, "operand 'dst': output buffer is read-only")
+    if desc._run is None:
+        return dst
+    from ..layout import overlap
+
+    rel = overlap(d.address, desc.dst_desc, s.address, desc.src_desc)
+    if rel == "partial":
+        raise InfiniError(Status.BAD_PARAM, "operand 'dst' partially overlaps 'src'")
+    if rel == "none":
+        desc._run(d.address, s.address)
+    return dst

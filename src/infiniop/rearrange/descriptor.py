@@ -1,0 +1,100 @@
+"""The rearrange operator descriptor: ``dst[...] = src[...]`` between any two layouts."""
+
+from __future__ import annotations
+
+import importlib
+
+from ..descriptor import OperatorDescriptor, check_descriptor, check_handle
+from ..layout import check_writable_layout, overlap
+from ..status import InfiniError, Status
+from ..tensor import TensorDescriptor
+from .meta import RearrangeMeta, plan
+
+
+def _backend_kernels(handle):
+    try:
+        return importlib.import_module(handle.backend.__name__ + ".rearrange_kernels")
+    except ImportError as e:
+        raise InfiniError(Status.DEVICE_TYPE_NOT_SUPPORTED,
+                          f"rearrange has no kernel for device {handle.device.name.lower()} "
+                          f"({e})") from e
+
+
+class RearrangeDescriptor(OperatorDescriptor):
+    """Copies a tensor into a tensor of the same shape and dtype with any strides.
+
+    >>> import numpy as np, infiniop
+    >>> h = infiniop.create_handle("cpu")
+    >>> src = np.arange(6, dtype=np.float32).reshape(2, 3)
+    >>> dst = np.empty((3, 2), np.float32).T          # column-major (2, 3)
+    >>> sd, dd = (infiniop.TensorDescriptor.from_array(a) for a in (src, dst))
+    >>> with infiniop.create_rearrange_descriptor(h, dd, sd) as desc:
+    ...     desc.calculate(dst, src)
+    >>> bool((dst == src).all())
+    True
+    """
+
+    name = "rearrange"
+    workspace_size = 0
+
+    def __init__(self, handle, dst_desc: TensorDescriptor, src_desc: TensorDescriptor):
+        super().__init__(handle)
+        if dst_desc.dtype is not src_desc.dtype:
+            raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                              f"operand 'src' is {src_desc.dtype} but 'dst' is {dst_desc.dtype}; "
+                              "rearrange does not convert")
+        if dst_desc.ndim != src_desc.ndim:
+            raise InfiniError(Status.BAD_TENSOR_SHAPE,
+                              f"operand 'src' has {src_desc.ndim} dims {src_desc.shape}, 'dst' has "
+                              f"{dst_desc.ndim} dims {dst_desc.shape}")
+        if dst_desc.shape != src_desc.shape:
+            raise InfiniError(Status.BAD_TENSOR_SHAPE,
+                              f"operand 'src' has shape {src_desc.shape}, 'dst' has shape "
+                              f"{dst_desc.shape}")
+        check_writable_layout(dst_desc, "dst")
+        self._dst, self._src = dst_desc, src_desc  # immutable: these are our own copies
+        self.meta: RearrangeMeta = plan(dst_desc.shape, dst_desc.strides, src_desc.strides,
+                                        dst_desc.dtype.itemsize)
+        self._run = _backend_kernels(handle).build(self.meta)
+
+    @property
+    def dst_desc(self) -> TensorDescriptor:
+        return self._dst
+
+    @property
+    def src_desc(self) -> TensorDescriptor:
+        return self._src
+
+    def calculate(self, dst, src, stream=None) -> None:
+        """Copy ``src`` into ``dst`` (arrays, tensors, DLPack objects or raw int addresses)."""
+        if not self._alive:
+            self._check_alive()
+        d = self._buffer(dst, self._dst, "dst", writable=True)
+        s = self._buffer(src, self._src, "src", writable=False)
+        if self._run is None:
+            return
+        rel = overlap(d.address, self._dst, s.address, self._src)
+        if rel != "none":
+            if rel == "same":
+                return
+            raise InfiniError(Status.BAD_PARAM,
+                              "operand 'dst' partially overlaps 'src'; a copy onto itself needs "
+                              "identical layouts")
+        self._run(d.address, s.address)
+
+    def __repr__(self) -> str:
+        return (f"RearrangeDescriptor({self._dst.dtype}, shape={self._dst.shape}, "
+                f"dst={self._dst.strides}, src={self._src.strides}: {self.meta.describe()})")
+
+
+def create_rearrange_descriptor(handle, dst_desc, src_desc) -> RearrangeDescriptor:
+    """Validate and plan ``dst = src`` once (``infiniopCreateRearrangeDescriptor``).
+
+    Errors: BAD_TENSOR_DTYPE (dtypes differ), BAD_TENSOR_SHAPE (ndim or shape differ),
+    BAD_TENSOR_STRIDES (dst broadcasts or overlaps itself); NULL_POINTER / BAD_PARAM for a
+    missing or wrong handle or descriptor.
+    """
+    handle = check_handle(handle)
+    dst_desc = check_descriptor(dst_desc, "dst")
+    src_desc = check_descriptor(src_desc, "src")
+    return RearrangeDescriptor(handle, dst_desc, src_desc)

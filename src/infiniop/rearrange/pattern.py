@@ -1,0 +1,253 @@
+"""einops-style patterns: ``rearrange(x, "b (h w) c -> b c h w", h=4)``.
+
+Names are axes; parentheses split (left) and merge (right) axes in C order; ``...`` stands for
+the axes not named; ``1`` and ``()`` are axes of extent 1. Splitting and permuting only change
+strides: the data moves once, through the rearrange kernel, into a new C-contiguous array of the
+input's kind (NumPy array or torch tensor).
+
+Parsing is cached per pattern string; planning (a rearrange descriptor) is cached per input
+layout, so a repeated call costs a dictionary look-up and the kernel launch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from math import prod
+
+import numpy as np
+
+from ..interop import inspect_buffer
+from ..status import InfiniError, Status
+from ..tensor import TensorDescriptor, contiguous_strides
+
+ELLIPSIS = "..."
+_TOKEN = re.compile(r"\s*(?:(\.\.\.)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|([()])|(\S))")
+
+
+def _err(pattern: str, pos: int | None, message: str) -> InfiniError:
+    if pos is None:
+        return InfiniError(Status.BAD_PARAM, f"pattern {pattern!r}: {message}")
+    caret = " " * pos + "^"
+    return InfiniError(Status.BAD_PARAM, f"pattern {pattern!r}: {message}\n    {pattern}\n    {caret}")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a pattern: a tuple of groups, each a tuple of axis names. A name is an
+    identifier, ``...``, or ``1`` (an anonymous axis of extent 1, kept only for shape)."""
+
+    groups: tuple[tuple[str, ...], ...]
+    bracketed: tuple[bool, ...]     # group written in parentheses (merged on the right)
+    names: tuple[str, ...]          # identifiers in order of appearance (no '...' / '1')
+    has_ellipsis: bool
+
+
+@dataclass(frozen=True)
+class Pattern:
+    text: str
+    left: Side
+    right: Side
+
+
+def _parse_side(pattern: str, text: str, start: int, is_left: bool) -> tuple[Side, dict]:
+    groups: list[tuple[str, ...]] = []
+    bracketed: list[bool] = []
+    names: list[str] = []
+    where: dict[str, int] = {}
+    current: list[str] | None = None
+    open_pos = 0
+    has_ellipsis = False
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:  # only trailing whitespace left
+            break
+        pos = m.end()
+        at = start + m.start(m.lastindex)
+        ell, ident, num, paren, other = m.groups()
+        if other is not None:
+            raise _err(pattern, at, f"unexpected character {other!r}")
+        if paren == "(":
+            if current is not None:
+                raise _err(pattern, at, "nested parentheses are not allowed")
+            current, open_pos = [], at
+            continue
+        if paren == ")":
+            if current is None:
+                raise _err(pattern, at, "')' without a matching '('")
+            groups.append(tuple(current))
+            bracketed.append(True)
+            current = None
+            continue
+        if ell is not None:
+            if has_ellipsis:
+                raise _err(pattern, at, "'...' may appear only once on each side")
+            if current is not None and is_left:
+                raise _err(pattern, at, "'...' cannot be inside parentheses on the left side")
+            has_ellipsis = True
+            token = ELLIPSIS
+        elif num is not None:
+            if int(num) != 1:
+                raise _err(pattern, at, f"anonymous axis {num} is not supported by rearrange "
+                                        "(only 1 is); name the axis and pass its size")
+            token = "1"
+        else:
+            if ident in where:
+                raise _err(pattern, at, f"axis '{ident}' appears twice on the same side")
+            where[ident] = at
+            names.append(ident)
+            token = ident
+        if current is not None:
+            current.append(token)
+        else:
+            groups.append((token,))
+            bracketed.append(False)
+    if current is not None:
+        raise _err(pattern, open_pos, "'(' is never closed")
+    return Side(tuple(groups), tuple(bracketed), tuple(names), has_ellipsis), where
+
+
+@lru_cache(maxsize=512)
+def parse(pattern: str) -> Pattern:
+    """Parse ``"left -> right"`` once (cached). Errors are BAD_PARAM and point at the culprit."""
+    if not isinstance(pattern, str):
+        raise InfiniError(Status.BAD_PARAM, f"pattern must be a str, got {type(pattern).__name__}")
+    if pattern.count("->") != 1:
+        pos = pattern.find("->", pattern.find("->") + 2) if "->" in pattern else None
+        raise _err(pattern, pos if pos is not None and pos >= 0 else None,
+                   "a pattern needs exactly one '->' (like 'b c h w -> b h w c')")
+    arrow = pattern.index("->")
+    left, lwhere = _parse_side(pattern, pattern[:arrow], 0, True)
+    right, rwhere = _parse_side(pattern, pattern[arrow + 2:], arrow + 2, False)
+    for name in left.names:
+        if name not in rwhere:
+            raise _err(pattern, lwhere[name], f"axis '{name}' is on the left but not on the right")
+    for name in right.names:
+        if name not in lwhere:
+            raise _err(pattern, rwhere[name], f"axis '{name}' is on the right but not on the left")
+    if left.has_ellipsis != right.has_ellipsis:
+        side = "left" if left.has_ellipsis else "right"
+        other = "right" if left.has_ellipsis else "left"
+        at = pattern.index(ELLIPSIS, 0 if left.has_ellipsis else arrow)
+        raise _err(pattern, at, f"'...' is on the {side} side but not on the {other}")
+    return Pattern(pattern, left, right)
+
+
+def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...], sizes: dict):
+    """(iteration shape, source strides, output shape) in elements for an input layout."""
+    text = pat.text
+    for name in sizes:
+        if name not in pat.left.names:
+            raise _err(text, None, f"axis size given for '{name}', which is not in the pattern")
+    groups = pat.left.groups
+    n_fixed = len(groups) - (1 if pat.left.has_ellipsis else 0)
+    if (len(shape) < n_fixed) if pat.left.has_ellipsis else (len(shape) != n_fixed):
+        want = f"at least {n_fixed}" if pat.left.has_ellipsis else str(n_fixed)
+        raise _err(text, None, f"the left side describes {want} dims, the input has "
+                               f"{len(shape)} (shape {shape})")
+    n_ell = len(shape) - n_fixed
+    size: dict[str, int] = {}
+    stride: dict[str, int] = {}
+    ell_names: list[str] = []
+    dim = 0
+    for group in groups:
+        if group == (ELLIPSIS,):
+            for k in range(n_ell):
+                nm = f"...{k}"
+                ell_names.append(nm)
+                size[nm], stride[nm] = shape[dim], strides[dim]
+                dim += 1
+            continue
+        n, s = shape[dim], strides[dim]
+        known, unknown = 1, None
+        for ax in group:
+            if ax == "1":
+                continue
+            if ax in sizes:
+                v = sizes[ax]
+                if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+                    raise _err(text, None, f"size of axis '{ax}' must be an int >= 0, got {v!r}")
+                known *= int(v)
+            elif unknown is None:
+                unknown = ax
+            else:
+                raise _err(text, None, f"cannot infer the sizes of both '{unknown}' and '{ax}' "
+                                       f"from dim {dim} (extent {n}); pass one of them")
+        if unknown is not None:
+            if known == 0 or n % known:
+                raise _err(text, None, f"dim {dim} has extent {n}, which the known axes of "
+                                       f"({' '.join(group)}) (product {known}) do not divide")
+            inferred = n // known
+        elif known != n:
+            raise _err(text, None, f"dim {dim} has extent {n} but ({' '.join(group)}) has "
+                                   f"{known} elements")
+        step = s
+        for ax in reversed(group):
+            if ax == "1":
+                continue
+            v = inferred if ax == unknown else int(sizes[ax])
+            size[ax], stride[ax] = v, step
+            step *= v
+        dim += 1
+    it_shape, it_strides, out_shape = [], [], []
+    for group, merged in zip(pat.right.groups, pat.right.bracketed):
+        extent = 1
+        for ax in group:
+            axes = ell_names if ax == ELLIPSIS else () if ax == "1" else (ax,)
+            for a in axes:
+                it_shape.append(size[a])
+                it_strides.append(stride[a])
+                extent *= size[a]
+        if group == (ELLIPSIS,) and not merged:
+            out_shape += [size[a] for a in ell_names]
+        else:
+            out_shape.append(extent)
+    return tuple(it_shape), tuple(it_strides), tuple(out_shape)
+
+
+_PLANS: OrderedDict = OrderedDict()
+_PLAN_CACHE_SIZE = 256
+
+
+def _new_like(x, shape, dtype):
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        return torch.empty(shape, dtype=x.dtype)
+    return np.empty(shape, dtype=dtype.numpy)
+
+
+def rearrange(x, pattern: str, **axis_sizes):
+    """Reorder the axes of ``x`` as ``pattern`` says; returns a new C-contiguous array.
+
+    >>> import numpy as np, infiniop
+    >>> x = np.arange(24).reshape(2, 3, 4)
+    >>> infiniop.rearrange(x, "a b c -> c a b").shape
+    (4, 2, 3)
+    >>> infiniop.rearrange(x, "a (b1 b2) c -> b1 (a b2 c)", b1=1).shape
+    (1, 72)
+    """
+    from . import _descriptor_for
+
+    pat = parse(pattern)
+    info = inspect_buffer(x, "x")
+    if info.trusted:
+        raise InfiniError(Status.BAD_PARAM, "rearrange needs an array or tensor, not an address")
+    key = (pattern, info.dtype, info.shape, info.strides, tuple(sorted(axis_sizes.items())))
+    hit = _PLANS.get(key)
+    if hit is None:
+        it_shape, it_strides, out_shape = _plan_shapes(pat, info.shape, info.strides, axis_sizes)
+        src_desc = TensorDescriptor(info.dtype, it_shape, it_strides)
+        dst_desc = TensorDescriptor(info.dtype, it_shape, contiguous_strides(it_shape))
+        hit = (_descriptor_for(dst_desc, src_desc), out_shape)
+        _PLANS[key] = hit
+        if len(_PLANS) > _PLAN_CACHE_SIZE:
+            _PLANS.popitem(last=False)
+    desc, out_shape = hit
+    out = _new_like(x, out_shape, info.dtype)
+    if prod(out_shape):
+        desc._run(inspect_buffer(out, "out").address, info.address)
+    return out

@@ -1,0 +1,532 @@
+"""rearrange (issue #4): descriptor API, planner, kernels, einops front end, copy_.
+
+Values are checked bit-exact against ``np.copyto`` on canary-filled buffers, so writes outside
+the destination's elements (gaps of strided destinations) are caught. Every bad input asserts
+its exact Status. Property tests run twice: with the default size thresholds and with the
+parallel and non-temporal paths forced on for small tensors.
+"""
+
+from __future__ import annotations
+
+import gc
+from math import prod
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import infiniop
+from infiniop import DType, InfiniError, Status, TensorDescriptor
+from infiniop.backends.cpu import runtime
+from infiniop.rearrange import copy_, create_rearrange_descriptor, parse, plan, rearrange
+from infiniop.tensor import contiguous_strides
+
+H = infiniop.create_handle("cpu")
+CANARY = 0xA5
+
+
+F32 = TensorDescriptor("float32", (4, 5))
+
+
+def desc32(shape, strides=None):
+    return TensorDescriptor("float32", shape, strides)
+
+
+def raises(status: Status, fn, *args, match: str | None = None, **kw) -> InfiniError:
+    with pytest.raises(InfiniError) as ei:
+        fn(*args, **kw)
+    assert ei.value.status is status, f"expected {status.name}, got {ei.value!r}"
+    if match is not None:
+        assert match in str(ei.value), f"{match!r} not in {str(ei.value)!r}"
+    return ei.value
+
+
+def span(shape, strides) -> tuple[int, int]:
+    """(lowest, highest) element offset reached from element 0."""
+    lo = hi = 0
+    if 0 in shape:
+        return 0, 0
+    for n, s in zip(shape, strides):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi
+
+
+class Strided:
+    """A tensor view (shape, strides) inside a canary-filled buffer with slack at both ends."""
+
+    def __init__(self, dtype, shape, strides, fill=None, slack=3, rng=None):
+        self.dtype = np.dtype(dtype)
+        lo, hi = span(shape, strides)
+        self.base = np.full(hi - lo + 1 + 2 * slack, 0, self.dtype)
+        self.base.view(np.uint8)[...] = CANARY
+        if fill == "random":
+            rng = rng or np.random.default_rng(0)
+            self.base.view(np.uint8)[...] = rng.integers(0, 256, self.base.nbytes, dtype=np.uint8)
+        isz = self.dtype.itemsize
+        self.view = np.lib.stride_tricks.as_strided(
+            self.base[slack - lo:], shape, [s * isz for s in strides])
+        self.desc = TensorDescriptor(self.dtype, shape, strides)
+
+    def bits(self) -> np.ndarray:
+        return self.base.view(np.uint8).copy()
+
+
+def check_copy(dtype, shape, src_strides, dst_strides, *, desc_fn=None, rng=None):
+    """Run rearrange for one case and compare every byte of the destination buffer."""
+    src = Strided(dtype, shape, src_strides, fill="random", rng=rng)
+    dst = Strided(dtype, shape, dst_strides)
+    expected = Strided(dtype, shape, dst_strides)
+    np.copyto(expected.view, src.view)
+    d = create_rearrange_descriptor(H, dst.desc, src.desc)
+    src_bits = src.bits()
+    d.calculate(dst.view, src.view)
+    np.testing.assert_array_equal(dst.bits(), expected.bits())
+    np.testing.assert_array_equal(src.bits(), src_bits)  # the source is never written
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference library's table (test/infiniop/rearrange.py), fp16 and fp32, bit-exact
+# ---------------------------------------------------------------------------------------------
+
+REFERENCE_TABLE = [
+    ((100, 100), (1, 100), (100, 1)),
+    ((4, 4), (1, 4), (4, 1)),
+    ((4, 6, 64), (64, 256, 1), (384, 64, 1)),
+    ((2000, 2000), (1, 2000), (2000, 1)),
+    ((2001, 2001), (1, 2001), (2001, 1)),
+    ((2, 2, 2, 4), (16, 8, 4, 1), (16, 8, 1, 2)),
+    ((3, 4, 7, 53, 9), (13356, 3339, 477, 9, 1), (1, 3, 12, 84, 4452)),
+    ((3, 4, 50, 50, 5, 7), (350000, 87500, 1750, 35, 7, 1), (1, 3, 12, 600, 30000, 150000)),
+    ((15, 10752), (0, 1), (10752, 1)),
+    ((2, 2, 2, 2, 2, 2), (4, 8, 16, 32, 64, 128), (64, 32, 16, 8, 4, 2)),
+    ((8, 4, 20, 64), (5120, 64, 256, 1), None),
+    ((8, 4, 20, 64), (5120, 64, 256, 1), (1048576, 262144, 64, 1)),
+]
+# from the reference's C++ unit test (src/utils-test/test_rearrange.cc)
+CPP_TABLE = [
+    ((3, 5), (5, 1), (1, 3)),
+    ((1, 2048), (2048, 1), (2048, 1)),
+    ((2, 2, 2, 4), (16, 8, 1, 2), (16, 8, 4, 1)),
+    ((2, 2, 2, 2, 4), (32, 16, 8, 1, 2), (32, 16, 8, 4, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("case", REFERENCE_TABLE + CPP_TABLE, ids=lambda c: str(c[0]))
+def test_reference_table(case, dtype):
+    shape, src_strides, dst_strides = case
+    if dst_strides is None:
+        dst_strides = contiguous_strides(shape)
+    src = Strided(dtype, shape, src_strides, fill="random")
+    dst = Strided(dtype, shape, dst_strides)
+    expected = Strided(dtype, shape, dst_strides)
+    np.copyto(expected.view, src.view)
+    dst_desc, src_desc = dst.desc, src.desc
+    d = create_rearrange_descriptor(H, dst_desc, src_desc)
+    del dst_desc, src_desc, dst.desc, src.desc  # the descriptor keeps its own copies
+    gc.collect()
+    assert d.workspace_size == 0
+    d.calculate(dst.view, src.view, None)
+    np.testing.assert_array_equal(dst.bits(), expected.bits())
+    d.destroy()
+
+
+def test_reference_planner_failures_are_planned_here():
+    # the reference GPU planner divided by zero / exceeded its limits on these
+    for shape, ss, ds in REFERENCE_TABLE[9:]:
+        ds = ds or contiguous_strides(shape)
+        m = plan(shape, ds, ss, 2)
+        assert m.kind in ("units", "transpose")
+
+
+def test_plan_kinds():
+    assert plan((4, 5), (5, 1), (5, 1), 4).kind == "memcpy"
+    assert plan((4, 5), (5, 1), (5, 1), 4).unit == 80
+    assert plan((0, 5), (5, 1), (1, 4), 4).kind == "empty"
+    assert plan((), (), (), 2).kind == "memcpy"
+    m = plan((64, 48), (1, 64), (48, 1), 4)
+    assert (m.kind, m.rows, m.cols) == ("transpose", 64, 48)
+    m = plan((15, 10752), (10752, 1), (0, 1), 2)  # broadcast rows: one unit per row
+    assert (m.kind, m.unit, tuple(m.src_strides)) == ("units", 21504, (0,))
+    m = plan((4, 6, 64), (384, 64, 1), (64, 256, 1), 2)
+    assert (m.kind, m.unit, tuple(m.shape)) == ("units", 128, (4, 6))
+    # 6-D row-major -> column-major: several dims folded into each side of one transpose
+    m = plan((3, 4, 50, 50, 5, 7), (1, 3, 12, 600, 30000, 150000),
+             (350000, 87500, 1750, 35, 7, 1), 4)
+    assert m.kind == "transpose" and m.rows * m.cols * m.batches == 3 * 4 * 50 * 50 * 5 * 7
+    assert m.rows >= 600 and m.cols >= 7
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout classes: every kernel path, unit sizes, edges, negative and zero strides
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 70), (16, 16), (17, 33), (65, 31), (130, 9)])
+def test_transposes_any_extent(dtype, rows, cols):
+    check_copy(dtype, (rows, cols), (cols, 1), (1, rows))
+    check_copy(dtype, (rows, cols), (1, rows), (cols, 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_batched_transposes_with_padding(dtype):
+    check_copy(dtype, (3, 20, 37), (20 * 37, 37, 1), (40 * 21, 1, 21))  # padded dst rows
+    check_copy(dtype, (3, 20, 37), (20 * 40, 40, 1), (20 * 37, 1, 20))  # padded src rows
+    check_copy(dtype, (2, 5, 33, 19), (5 * 33 * 19, 33 * 19, 1, 33), (19 * 33 * 5, 1, 19 * 5, 5))
+
+
+def test_nchw_to_nhwc_and_back():
+    n, c, h, w = 2, 24, 7, 9
+    nchw = contiguous_strides((n, c, h, w))
+    nhwc_as_nchw = (h * w * c, 1, w * c, c)
+    check_copy(np.float32, (n, c, h, w), nchw, nhwc_as_nchw)
+    check_copy(np.float16, (n, c, h, w), nhwc_as_nchw, nchw)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.int64])
+def test_negative_strides(dtype):
+    check_copy(dtype, (5, 7), (-7, -1), (7, 1))          # reversed source
+    check_copy(dtype, (5, 7), (7, 1), (-7, -1))          # reversed destination
+    check_copy(dtype, (5, 40), (1, -5), (40, 1))         # transpose of a reversed source
+    check_copy(dtype, (40, 6), (-1, 40), (6, 1))
+    check_copy(dtype, (4, 3, 9), (-27, 1, -3), (1, 36, 4))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_broadcast_sources(dtype):
+    check_copy(dtype, (15, 10752), (0, 1), (10752, 1))
+    check_copy(dtype, (6, 9), (1, 0), (9, 1))
+    check_copy(dtype, (6, 9), (0, 0), (1, 6))
+    check_copy(dtype, (3, 4, 5), (0, 5, 1), (1, 15, 3))
+
+
+def test_step_slices_and_scatter_into_padded_buffers():
+    rng = np.random.default_rng(1)
+    check_copy(np.float32, (9, 11), (22, 2), (11, 1), rng=rng)     # gather with steps
+    check_copy(np.float32, (9, 11), (11, 1), (33, 3), rng=rng)     # scatter with steps
+    check_copy(np.float16, (9, 11), (11, 1), (1, 12), rng=rng)     # into padded column-major
+    check_copy(np.float64, (4, 5, 3), (15, 3, 1), (30, 6, 2), rng=rng)
+    check_copy(np.uint8, (3, 5, 12), (60, 12, 1), (128, 16, 1), rng=rng)  # 12-byte units
+
+
+def test_empty_and_zero_d():
+    for shape in [(0,), (3, 0), (0, 4, 5)]:
+        d = create_rearrange_descriptor(H, TensorDescriptor("float32", shape),
+                                        TensorDescriptor("float32", shape))
+        d.calculate(np.empty(shape, np.float32), np.empty(shape, np.float32))
+    src, dst = np.array(3.5, np.float32), np.zeros((), np.float32)
+    d = create_rearrange_descriptor(H, TensorDescriptor("float32", ()), TensorDescriptor("float32", ()))
+    d.calculate(dst, src)
+    assert dst[()] == 3.5
+    check_copy(np.float16, (1, 1, 1), (5, 7, 9), (1, 1, 1))
+
+
+def test_all_dtypes_move_bits():
+    for dt in DType:
+        npdt = dt.numpy
+        a = np.random.default_rng(2).integers(0, 256, (7, 13, dt.itemsize), dtype=np.uint8)
+        src = a.view(npdt).reshape(7, 13)
+        dst = np.zeros((13, 7), npdt).T
+        d = create_rearrange_descriptor(H, TensorDescriptor.from_array(dst), TensorDescriptor.from_array(src))
+        d.calculate(dst, src)
+        assert dst.tobytes() == src.tobytes(), dt
+
+
+def test_large_parallel_nt_paths_bit_exact():
+    # above the parallel and NT thresholds, misaligned and aligned destinations
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 2**31, (1100, 1030), dtype=np.int32).view(np.float32)
+    for off in (0, 1, 4):
+        buf = np.zeros(1030 * 1100 + 64, np.float32)
+        dst = buf[off:off + 1030 * 1100].reshape(1030, 1100)
+        d = create_rearrange_descriptor(H, TensorDescriptor.from_array(dst),
+                                        TensorDescriptor.from_array(src.T))
+        d.calculate(dst, src.T)
+        assert np.array_equal(dst.view(np.int32), src.T.view(np.int32))
+        assert not buf[:off].any() and not buf[off + dst.size:].any()
+    big = rng.integers(0, 255, 3 << 20, dtype=np.uint8)
+    out = np.zeros(big.size + 128, np.uint8)
+    d = create_rearrange_descriptor(H, TensorDescriptor("uint8", big.shape),
+                                    TensorDescriptor("uint8", big.shape))
+    d.calculate(out[3:3 + big.size], big)
+    assert np.array_equal(out[3:3 + big.size], big) and not out[:3].any() and not out[3 + big.size:].any()
+
+
+def test_torch_and_raw_addresses():
+    src = torch.arange(2 * 3 * 5 * 4, dtype=torch.float16).reshape(2, 3, 5, 4)
+    dst = torch.empty(2, 5, 4, 3, dtype=torch.float16)
+    view = dst.permute(0, 3, 1, 2)
+    d = create_rearrange_descriptor(H, TensorDescriptor.from_array(view), TensorDescriptor.from_array(src))
+    d.calculate(view, src)
+    assert torch.equal(view, src)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.zeros((4, 3), np.float32)
+    d = create_rearrange_descriptor(H, TensorDescriptor("float32", (3, 4), (1, 3)),
+                                    TensorDescriptor("float32", (3, 4)))
+    d.calculate(b.ctypes.data, a.ctypes.data)
+    assert np.array_equal(b, a.T)
+
+
+def test_descriptor_lifecycle_and_repr():
+    td = TensorDescriptor("float32", (4, 4))
+    with create_rearrange_descriptor(H, td, td) as d:
+        assert "rearrange" in repr(d).lower() or "Rearrange" in repr(d)
+        d.calculate(np.zeros((4, 4), np.float32), np.ones((4, 4), np.float32))
+    raises(Status.BAD_PARAM, d.calculate, np.zeros((4, 4), np.float32), np.ones((4, 4), np.float32),
+           match="destroyed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs: exact statuses
+# ---------------------------------------------------------------------------------------------
+
+def test_create_errors():
+    f32 = TensorDescriptor("float32", (4, 5))
+    raises(Status.BAD_TENSOR_DTYPE, create_rearrange_descriptor, H, f32, TensorDescriptor("float16", (4, 5)))
+    raises(Status.BAD_TENSOR_SHAPE, create_rearrange_descriptor, H, f32, TensorDescriptor("float32", (20,)))
+    raises(Status.BAD_TENSOR_SHAPE, create_rearrange_descriptor, H, f32, TensorDescriptor("float32", (5, 4)))
+    raises(Status.BAD_TENSOR_STRIDES, create_rearrange_descriptor, H,
+           TensorDescriptor("float32", (4, 5), (0, 1)), f32, match="dst")
+    raises(Status.BAD_TENSOR_STRIDES, create_rearrange_descriptor, H,
+           TensorDescriptor("float32", (4, 5), (2, 1)), f32, match="dst")
+    raises(Status.NULL_POINTER, create_rearrange_descriptor, None, f32, f32)
+    raises(Status.NULL_POINTER, create_rearrange_descriptor, H, None, f32)
+    raises(Status.NULL_POINTER, create_rearrange_descriptor, H, f32, None)
+    raises(Status.BAD_PARAM, create_rearrange_descriptor, "cpu", f32, f32)
+    raises(Status.BAD_PARAM, create_rearrange_descriptor, H, f32, (4, 5))
+    # allowed: broadcast and overlapping *sources*, a 0 stride on an extent-1 dst dim
+    create_rearrange_descriptor(H, f32, TensorDescriptor("float32", (4, 5), (0, 0)))
+    create_rearrange_descriptor(H, f32, TensorDescriptor("float32", (4, 5), (1, 1)))
+    create_rearrange_descriptor(H, TensorDescriptor("float32", (1, 5), (0, 1)),
+                                TensorDescriptor("float32", (1, 5)))
+
+
+def test_calculate_errors():
+    d = create_rearrange_descriptor(H, F32, F32)
+    ok = np.zeros((4, 5), np.float32)
+    raises(Status.BAD_TENSOR_DTYPE, d.calculate, np.zeros((4, 5), np.float64), ok)
+    raises(Status.BAD_TENSOR_DTYPE, d.calculate, ok, np.zeros((4, 5), np.float16))
+    raises(Status.BAD_PARAM, d.calculate, np.zeros((3, 5), np.float32), ok, match="dst")
+    raises(Status.BAD_PARAM, d.calculate, ok, np.zeros(7, np.float32), match="src")
+    ro = np.zeros((4, 5), np.float32)
+    ro.flags.writeable = False
+    raises(Status.BAD_PARAM, d.calculate, ro, ok, match="read-only")
+    d.calculate(ok, ro)  # a read-only source is fine
+    raises(Status.NULL_POINTER, d.calculate, None, ok)
+    raises(Status.NULL_POINTER, d.calculate, ok, None)
+    raises(Status.NULL_POINTER, d.calculate, 0, ok)
+    raises(Status.BAD_PARAM, d.calculate, ok, "not an array")
+
+
+def test_overlap_rules():
+    buf = np.arange(40, dtype=np.float32)
+    d = create_rearrange_descriptor(H, F32, F32)
+    same = buf[:20].reshape(4, 5)
+    before = buf.copy()
+    d.calculate(same, same)  # exact identity: a no-op
+    assert np.array_equal(buf, before)
+    raises(Status.BAD_PARAM, d.calculate, buf[:20].reshape(4, 5), buf[1:21].reshape(4, 5), match="overlap")
+    t = create_rearrange_descriptor(H, desc32((4, 4), (1, 4)), desc32((4, 4)))
+    sq = buf[:16].reshape(4, 4)
+    raises(Status.BAD_PARAM, t.calculate, sq, sq, match="overlap")
+    # interleaved but disjoint views are fine
+    e = create_rearrange_descriptor(H, desc32((20,), (2,)), desc32((20,), (2,)))
+    e.calculate(buf[0::2], buf[1::2])
+    assert np.array_equal(buf[0::2], before[1::2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Property tests
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def layouts(draw):
+    """(dtype, shape, src strides, dst strides): permuted, stepped, reversed, broadcast."""
+    dtype = draw(st.sampled_from([np.uint8, np.float16, np.float32, np.float64]))
+    nd = draw(st.integers(0, 6))
+    shape = tuple(draw(st.lists(st.sampled_from([0, 1, 1, 2, 3, 4, 5, 7, 16, 17, 33]),
+                                min_size=nd, max_size=nd)))
+    while prod(shape) > 40000:
+        shape = tuple(max(1, n // 2) for n in shape)
+
+    def strides(writable):
+        perm = draw(st.permutations(range(nd)))
+        steps = [draw(st.sampled_from([1, 1, 1, 2, 3])) for _ in range(nd)]
+        pad = [draw(st.sampled_from([0, 0, 1])) for _ in range(nd)]
+        out, step = [0] * nd, 1
+        for d in reversed(perm):  # build a dense layout in perm order, then step/pad it
+            out[d] = step * steps[d]
+            step *= max(shape[d], 1) * steps[d] + pad[d]
+        for d in range(nd):
+            if draw(st.booleans()) and draw(st.booleans()):
+                out[d] = -out[d]
+            if not writable and shape[d] > 1 and draw(st.integers(0, 5)) == 0:
+                out[d] = 0
+        return tuple(out)
+
+    return dtype, shape, strides(False), strides(True)
+
+
+@pytest.fixture(params=["default", "forced-parallel-nt"])
+def thresholds(request, monkeypatch):
+    if request.param != "default":
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 0)
+        monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 0)
+    return request.param
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layout=layouts(), seed=st.integers(0, 2**32 - 1))
+def test_property_rearrange_matches_copyto(thresholds, layout, seed):
+    dtype, shape, ss, ds = layout
+    check_copy(dtype, shape, ss, ds, rng=np.random.default_rng(seed))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from([np.uint8, np.float16, np.float32, np.float64]),
+       shape=st.lists(st.integers(1, 40), min_size=2, max_size=4), data=st.data())
+def test_property_transposes(thresholds, dtype, shape, data):
+    nd = len(shape)
+    perm = data.draw(st.permutations(range(nd)))
+    src_strides = contiguous_strides(tuple(shape))
+    dense = contiguous_strides(tuple(shape[p] for p in perm))
+    dst_strides = [0] * nd
+    for k, p in enumerate(perm):
+        dst_strides[p] = dense[k]
+    check_copy(dtype, tuple(shape), src_strides, tuple(dst_strides))
+
+
+# ---------------------------------------------------------------------------------------------
+# einops front end
+# ---------------------------------------------------------------------------------------------
+
+def test_pattern_examples():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    np.testing.assert_array_equal(rearrange(x, "n c h w -> n h w c"), x.transpose(0, 2, 3, 1))
+    y = x.reshape(2, 3, 20)
+    np.testing.assert_array_equal(rearrange(y, "b c (h w) -> b h w c", h=4), x.transpose(0, 2, 3, 1))
+    z = np.arange(6 * 7, dtype=np.int16).reshape(6, 7)
+    np.testing.assert_array_equal(rearrange(z, "(a b) c -> c a b", a=2),
+                                  z.reshape(2, 3, 7).transpose(2, 0, 1))
+    np.testing.assert_array_equal(rearrange(x, "b ... -> b (...)"), x.reshape(2, -1))
+    np.testing.assert_array_equal(rearrange(x, "... w -> w ..."), np.moveaxis(x, -1, 0))
+    np.testing.assert_array_equal(rearrange(x, "a b c d -> a () b 1 (c d)"), x.reshape(2, 1, 3, 1, 20))
+    np.testing.assert_array_equal(rearrange(x[:, :1], "a 1 c d -> d c a"), x[:, 0].transpose(2, 1, 0))
+    np.testing.assert_array_equal(rearrange(np.float32(2.0) * np.ones(()), " -> "), np.ones(()) * 2)
+    r = rearrange(x[::-1, :, ::2], "a b c d -> (d a) c b")
+    np.testing.assert_array_equal(r, x[::-1, :, ::2].transpose(3, 0, 2, 1).reshape(10, 2, 3))
+    assert r.flags.c_contiguous
+    e = rearrange(np.zeros((0, 3), np.float32), "a b -> b a")
+    assert e.shape == (3, 0)
+    t = torch.arange(24, dtype=torch.bfloat16).reshape(2, 3, 4)
+    out = rearrange(t, "a b c -> c (a b)")
+    assert isinstance(out, torch.Tensor) and torch.equal(out, t.permute(2, 0, 1).reshape(4, 6))
+
+
+def test_pattern_errors_point_at_the_problem():
+    x = np.zeros((2, 3, 4), np.float32)
+    e = raises(Status.BAD_PARAM, rearrange, x, "a b c -> a b d", match="'c'")
+    assert "^" in str(e)
+    raises(Status.BAD_PARAM, rearrange, x, "a b c -> a b", match="'c'")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c", match="->")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c -> a -> b", match="->")
+    raises(Status.BAD_PARAM, rearrange, x, "a a c -> a c", match="twice")
+    raises(Status.BAD_PARAM, rearrange, x, "a (b c -> a b c", match="never closed")
+    raises(Status.BAD_PARAM, rearrange, x, "a b) c -> a b c", match="')'")
+    raises(Status.BAD_PARAM, rearrange, x, "a ((b) c) -> a b c", match="nested")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c -> a b c 2", match="anonymous")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c! -> a b c", match="'!'")
+    raises(Status.BAD_PARAM, rearrange, x, "... a ... -> a", match="once")
+    raises(Status.BAD_PARAM, rearrange, x, "(a ...) -> a ...", match="parentheses")
+    raises(Status.BAD_PARAM, rearrange, x, "a ... -> a", match="'...'")
+    raises(Status.BAD_PARAM, rearrange, x, "a b -> b a", match="3")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c d ... -> a b c d ...", match="at least 4")
+    raises(Status.BAD_PARAM, rearrange, x.reshape(2, 12), "a (b c) -> a b c", match="infer")
+    raises(Status.BAD_PARAM, rearrange, x.reshape(2, 12), "a (b c) -> a b c", b=5, match="divide")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", b=4, match="extent 3")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", q=4, match="'q'")
+    raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", b=-3)
+    raises(Status.BAD_PARAM, rearrange, x, 42)
+    raises(Status.BAD_PARAM, rearrange, x.ctypes.data, "a -> a")
+
+
+def test_pattern_parse_is_cached():
+    assert parse("a b -> b a") is parse("a b -> b a")
+
+
+@st.composite
+def patterns(draw):
+    """A random split/permute/merge: (sizes, left groups, right groups) over named axes."""
+    k = draw(st.integers(1, 6))
+    names = [f"x{i}" for i in range(k)]
+    sizes = {n: draw(st.integers(1, 5)) for n in names}
+
+    def group(order):
+        groups, i = [], 0
+        while i < len(order):
+            j = i + draw(st.integers(1, min(3, len(order) - i)))
+            groups.append(order[i:j])
+            i = j
+        return groups
+
+    left = group(names)
+    right = group(draw(st.permutations(names)))
+    return sizes, left, right
+
+
+def _side(groups):
+    return " ".join(g[0] if len(g) == 1 else "(" + " ".join(g) + ")" for g in groups)
+
+
+@settings(max_examples=80, deadline=None)
+@given(spec=patterns(), reverse=st.booleans(), step=st.sampled_from([1, 2]), data=st.data())
+def test_property_patterns_match_reshape_transpose(spec, reverse, step, data):
+    sizes, left, right = spec
+    order = [n for g in left for n in g]
+    elem_shape = [sizes[n] for n in order]
+    in_shape = [prod(sizes[n] for n in g) for g in left]
+    base = np.arange(prod(in_shape) * step, dtype=np.float32)[::step].reshape(in_shape)
+    x = base[::-1] if reverse else base
+    # independent reference: reshape into named axes, transpose, reshape into right groups
+    perm = [order.index(n) for g in right for n in g]
+    expected = np.asarray(x).reshape(elem_shape).transpose(perm).reshape(
+        [prod(sizes[n] for n in g) for g in right])
+    # give a random subset of sizes (at most one unknown per left group is inferred)
+    given_sizes = {}
+    for g in left:
+        unknown = data.draw(st.sampled_from(g + [None]))
+        given_sizes.update({n: sizes[n] for n in g if n != unknown})
+    pattern = f"{_side(left)} -> {_side(right)}"
+    np.testing.assert_array_equal(rearrange(x, pattern, **given_sizes), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# copy_
+# ---------------------------------------------------------------------------------------------
+
+def test_copy_():
+    a = np.zeros((3, 4), np.float32)
+    assert copy_(a, np.arange(4, dtype=np.float32)) is a
+    np.testing.assert_array_equal(a, np.broadcast_to(np.arange(4, dtype=np.float32), (3, 4)))
+    b = np.zeros((4, 3), np.float32)
+    copy_(b.T, a)
+    np.testing.assert_array_equal(b.T, a)
+    t = torch.zeros(5, 6, dtype=torch.float16)
+    copy_(t, torch.ones(6, 5, dtype=torch.float16).t())
+    assert bool((t == 1).all())
+    copy_(a, a)  # identity: no-op
+    raises(Status.BAD_TENSOR_DTYPE, copy_, a, np.zeros((3, 4), np.float64))
+    raises(Status.BAD_TENSOR_SHAPE, copy_, a, np.zeros((3, 5), np.float32))
+    ro = np.zeros((3, 4), np.float32)
+    ro.flags.writeable = False
+    raises(Status.BAD_PARAM, copy_, ro, a, match="read-only")
+    buf = np.arange(10, dtype=np.float32)
+    raises(Status.BAD_PARAM, copy_, buf[:8], buf[2:], match="overlap")
+    raises(Status.BAD_PARAM, copy_, a.ctypes.data, a)
+    raises(Status.BAD_TENSOR_STRIDES, copy_, np.broadcast_to(np.zeros(4, np.float32), (3, 4)), a)
