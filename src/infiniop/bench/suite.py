@@ -17,8 +17,8 @@ ELEMENTWISE_OPS = ("sub", "add", "mul", "clip")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 LAYOUTS = ("contiguous", "scalar_bcast", "numpy_bcast", "transposed", "strided_out")
 REARRANGE_LAYOUTS = ("copy", "nchw_nhwc", "transpose2d", "permute6d")
-SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26)
-QUICK_SIZES = (1 << 12, 1 << 20, 1 << 24)
+SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 25, 1 << 26)
+QUICK_SIZES = (1 << 12, 1 << 20, 1 << 25)
 
 
 @dataclass
