@@ -44,33 +44,46 @@ def describe() -> dict:
     return info
 
 
-_COPY = None
+_OPS: dict = {}
 
 
-def _copy_op():
-    global _COPY
-    if _COPY is None:
+def _op(name: str, arity: int):
+    if name not in _OPS:
         from ..elementwise import NUMERIC, elementwise
 
-        _COPY = elementwise("bench_copy", ("x",), NUMERIC, lambda m, x: x, register=False)
-    return _COPY
+        fn = (lambda m, x: x) if arity == 1 else (lambda m, x, y: x + y)
+        _OPS[name] = elementwise(f"bench_{name}", ("x", "y")[:arity], NUMERIC, fn, register=False)
+    return _OPS[name]
 
 
-def copy_bandwidth(nbytes: int = 512 << 20, rounds: int = 5) -> dict:
-    """GB/s (read + write bytes) of a large contiguous copy: NumPy's and ours (non-temporal
-    stores). The higher one is the machine's copy ceiling for this run."""
+def bandwidth(nbytes: int = 512 << 20, rounds: int = 5) -> dict:
+    """The machine's streaming bandwidth in GB/s (bytes read + written), two ways:
+
+    - ``copy``: one array read, one written (``np.copyto`` and ours, non-temporal stores);
+    - ``triad``: two read, one written (``np.add`` and ours): what binary operators move.
+
+    Each ceiling is the best implementation's median. On many CPUs reads are cheaper than
+    writes, so the triad ceiling is higher than the copy ceiling: each case is compared with the
+    ceiling of its own traffic pattern (one input: copy; two or more: triad)."""
     from ..device import create_handle
     from ..memory import empty_aligned
     from ..tensor import TensorDescriptor
 
     n = nbytes // 4
-    src, dst = empty_aligned(n, np.float32), empty_aligned(n, np.float32)
-    src.fill(1.0)
-    dst.fill(0.0)
-    desc = TensorDescriptor.from_array(src)
-    op = _copy_op().create_descriptor(create_handle("cpu"), desc, desc)
-    t = interleaved({"numpy": lambda: np.copyto(dst, src),
-                     "infiniop": lambda: op.calculate(None, dst, src)}, rounds=rounds, min_time=0.05)
-    gbps = {k: 2 * n * 4 / v.median / 1e9 for k, v in t.items()}
-    return {"bytes": 2 * n * 4, "numpy_gbps": gbps["numpy"], "infiniop_gbps": gbps["infiniop"],
-            "ceiling_gbps": max(gbps.values())}
+    x, y, z = (empty_aligned(n, np.float32) for _ in range(3))
+    for v in (x, y, z):
+        v.fill(1.0)
+    d = TensorDescriptor.from_array(x)
+    h = create_handle("cpu")
+    copy, triad = _op("copy", 1).create_descriptor(h, d, d), _op("add", 2).create_descriptor(h, d, d, d)
+    t = interleaved({"copy/numpy": lambda: np.copyto(z, x),
+                     "copy/infiniop": lambda: copy.calculate(None, z, x),
+                     "triad/numpy": lambda: np.add(x, y, out=z),
+                     "triad/infiniop": lambda: triad.calculate(None, z, x, y)},
+                    rounds=rounds, min_time=0.05)
+    gbps = {k: (2 if k.startswith("copy") else 3) * n * 4 / v.median / 1e9 for k, v in t.items()}
+    out = {k.replace("/", "_") + "_gbps": v for k, v in gbps.items()}
+    out["copy_gbps"] = max(gbps["copy/numpy"], gbps["copy/infiniop"])
+    out["triad_gbps"] = max(gbps["triad/numpy"], gbps["triad/infiniop"])
+    out["array_bytes"] = n * 4
+    return out

@@ -11,7 +11,7 @@ def plot(records: list[dict], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise SystemExit("--plot needs matplotlib: pip install 'infiniop[plot]'") from e
-    ceiling = records[0]["copy"]["ceiling_gbps"]
+    bw = records[0]["bandwidth"]
     groups: dict[tuple, list[dict]] = {}
     for r in records[1:]:
         if "impls" in r:
@@ -26,7 +26,9 @@ def plot(records: list[dict], path: str) -> None:
         for impl in rs[0]["impls"]:
             ax.plot([r["size"] for r in rs], [r["impls"][impl]["gbps"] for r in rs], marker="o",
                     label=impl)
-        ax.axhline(ceiling, color="gray", linestyle="--", linewidth=1, label="copy ceiling")
+        ceiling = bw[rs[0].get("ceiling", "copy") + "_gbps"]
+        ax.axhline(ceiling, color="gray", linestyle="--", linewidth=1,
+                   label=f"{rs[0].get('ceiling', 'copy')} ceiling")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} {dtype} {layout}", fontsize=10)
         ax.set_xlabel("elements")

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from .machine import copy_bandwidth, describe
+from .machine import bandwidth, describe
 from .suite import Case, default_suite
 from .timing import interleaved
 
@@ -51,16 +51,16 @@ def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads
     rounds = rounds or (3 if quick else 5)
     min_time = 0.01 if quick else 0.03
     machine = describe()
-    _progress(f"measuring copy bandwidth ({'quick' if quick else 'full'})...")
-    ceiling = copy_bandwidth(ceiling_bytes or ((256 << 20) if quick else (512 << 20)),
-                             rounds=3 if quick else 5)
-    header = {"kind": "machine", "date": time.strftime("%Y-%m-%d"), **machine, "copy": ceiling}
+    _progress(f"measuring memory bandwidth ({'quick' if quick else 'full'})...")
+    ceiling = bandwidth(ceiling_bytes or ((256 << 20) if quick else (512 << 20)),
+                        rounds=3 if quick else 5)
+    header = {"kind": "machine", "date": time.strftime("%Y-%m-%d"), **machine, "bandwidth": ceiling}
     records = [header]
     selected = cases if cases is not None else _select(default_suite(quick, threads), ops, dtypes,
                                                        layouts, sizes)
     for i, case in enumerate(selected):
         _progress(f"[{i + 1}/{len(selected)}] {case.name}")
-        records.append(_run_case(case, ceiling["ceiling_gbps"], rounds, min_time))
+        records.append(_run_case(case, ceiling, rounds, min_time))
     _print_table(records, out)
     if json_path:
         with open(json_path, "w") as f:
@@ -73,7 +73,7 @@ def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads
     return records
 
 
-def _run_case(case: Case, ceiling: float, rounds: int, min_time: float) -> dict:
+def _run_case(case: Case, bw: dict, rounds: int, min_time: float) -> dict:
     rec = {"kind": "case", "op": case.op, "dtype": case.dtype, "layout": case.layout,
            "shape": list(case.shape), "size": case.size}
     try:
@@ -81,13 +81,18 @@ def _run_case(case: Case, ceiling: float, rounds: int, min_time: float) -> dict:
     except Exception as e:  # noqa: BLE001 - a case that cannot be built is reported, not fatal
         return {**rec, "error": f"build failed: {type(e).__name__}: {e}"}
     rec["bytes"] = prep.nbytes
-    for fn in prep.impls.values():
-        fn()
+    for name, fn in prep.impls.items():
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - report, keep benchmarking the other cases
+            return {**rec, "error": f"{name} failed: {type(e).__name__}: {e}"}
     ref = prep.results["infiniop"]()
     bad = [k for k in prep.impls if k != "infiniop" and not _same(prep.results[k](), ref)]
     if bad:
         return {**rec, "error": f"results disagree with infiniop: {', '.join(bad)}; not timed"}
     timings = interleaved(prep.impls, rounds=rounds, min_time=min_time)
+    rec["ceiling"] = "triad" if prep.streams_in > 1 else "copy"
+    ceiling = bw[rec["ceiling"] + "_gbps"]
     rec["impls"] = {}
     for k, t in timings.items():
         gbps = prep.nbytes / t.median / 1e9
@@ -114,12 +119,14 @@ def _print_table(records: list[dict], out) -> None:
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)
     head = records[0]
-    c = head["copy"]
+    b = head["bandwidth"]
     print(f"infiniop {head['infiniop']} bench, {head['date']}, {head['cpu']} ({head['cores']} cores, "
           f"{head.get('threads')} threads, {head.get('threading_layer')})", file=out)
-    print(f"copy ceiling {c['ceiling_gbps']:.1f} GB/s (numpy copyto {c['numpy_gbps']:.1f}, "
-          f"infiniop {c['infiniop_gbps']:.1f}); times are medians; GB/s = bytes read+written / time",
-          file=out)
+    print(f"bandwidth: copy {b['copy_gbps']:.1f} GB/s (numpy {b['copy_numpy_gbps']:.1f}, infiniop "
+          f"{b['copy_infiniop_gbps']:.1f}); triad {b['triad_gbps']:.1f} GB/s (numpy "
+          f"{b['triad_numpy_gbps']:.1f}, infiniop {b['triad_infiniop_gbps']:.1f})", file=out)
+    print("times are medians over interleaved rounds; GB/s = bytes read + written / time; %ceil = "
+          "of the copy ceiling for one-input cases, of the triad ceiling otherwise", file=out)
     cols = ["case", "infiniop", "GB/s", "%ceil", "fn", "numpy", "torch", "x numpy", "x torch", "spread"]
     rows = []
     for r in records[1:]:

@@ -26,6 +26,7 @@ class Prepared:
     impls: dict[str, Callable[[], object]]
     results: dict[str, Callable[[], np.ndarray]]
     nbytes: int  # bytes read + written once by an ideal implementation
+    streams_in: int = 1  # inputs read as arrays (not broadcast scalars): picks the ceiling
 
 
 @dataclass
@@ -136,7 +137,7 @@ def _elementwise(op: str, dtype: str, layout: str, size: int, threads: int) -> C
             tout = _to_torch(outs["torch"])
             if op == "clip":
                 if layout == "numpy_bcast":
-                    impls["torch"] = lambda: torch.clamp(tin[0], tin[1], float(hi_s), out=tout)
+                    impls["torch"] = lambda: torch.clamp(tin[0], tin[1], tin[2], out=tout)
                 else:
                     impls["torch"] = lambda: torch.clamp(tin[0], float(lo_s), float(hi_s), out=tout)
             else:
@@ -144,7 +145,8 @@ def _elementwise(op: str, dtype: str, layout: str, size: int, threads: int) -> C
                 impls["torch"] = lambda: tfn(tin[0], tin[1], out=tout)
         results = {k: (lambda k=k: outs[k]) for k in impls}
         nbytes = sum(_unique_bytes(x) for x in ins) + outs["infiniop"].size * outs["infiniop"].itemsize
-        return Prepared(impls, results, nbytes)
+        streams = sum(_unique_bytes(x) * 8 >= _unique_bytes(a) for x in ins)
+        return Prepared(impls, results, nbytes, streams)
 
     return Case(op, dtype, layout, shape, build)
 
