@@ -26,7 +26,9 @@ from . import runtime
 from .intrinsics import address_as_pointer
 from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose
 
-TASK_ROWS = 32  # source rows per transpose task (32 read streams: what the prefetcher tracks)
+# unit bytes -> (source rows per task, micro-tiles per column step). 32 source rows per task
+# (32 read streams) is what the hardware prefetcher keeps up with.
+TILES = {1: (64, 1), 2: (32, 1), 4: (32, 1), 8: (32, 1)}
 _CHUNK_BYTES = 1 << 20
 MARKERS = {w: np.empty(0, dtype=f"u{w}") for w in (1, 2, 4, 8)}
 
@@ -127,15 +129,15 @@ def _units_range(marker, dst, src, shape, dstr, sstr, unit, nt, start, stop):
 
 @njit(inline="always")
 def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, head,
-                     nt, t0, t1):
+                     nt, tr, ct, t0, t1):
     """Tasks t0..t1-1. A task is (batch, row block); row blocks are ``tr`` rows starting at
     ``head`` (block 0 is rows 0..head-1 when head > 0), so that full micro-tiles start where
     the destination rows are 64-byte aligned."""
     lanes = 64 // marker.itemsize
-    tr = max(TASK_ROWS, lanes)
     first = head - tr if head > 0 else 0
     nrb = (rows - first + tr - 1) // tr
     nb = bshape.shape[0]
+    cstep = lanes * ct
     rs = row_src.ctypes.data
     cd = col_dst.ctypes.data
     for t in range(t0, t1):
@@ -153,18 +155,18 @@ def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src
             rem = q
             db += i * bdstr[kk]
             sb += i * bsstr[kk]
-        for c0 in range(0, cols, lanes):
-            kc = min(lanes, cols - c0)
+        for cc in range(0, cols, cstep):
             for r0 in range(r_start, r_end, lanes):
                 kr = min(lanes, r_end - r0)
-                tile_transpose(marker, sb, rs + 8 * r0, c0, db, cd + 8 * c0, r0, kr, kc, nt)
+                for c0 in range(cc, min(cols, cc + cstep), lanes):
+                    kc = min(lanes, cols - c0)
+                    tile_transpose(marker, sb, rs + 8 * r0, c0, db, cd + 8 * c0, r0, kr, kc, nt)
     if nt:
         store_fence()
 
 
 @njit(inline="always")
-def _transpose_tasks(marker, rows, nbatch, head):
-    tr = max(TASK_ROWS, 64 // marker.itemsize)
+def _transpose_tasks(rows, nbatch, head, tr):
     first = head - tr if head > 0 else 0
     return nbatch * ((rows - first + tr - 1) // tr)
 
@@ -210,20 +212,20 @@ def units_parallel(marker, dst, src, shape, dstr, sstr, unit, total, nt):
 
 @njit(cache=True)
 def transpose_serial(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, nbatch,
-                     head, nt):
-    ntasks = _transpose_tasks(marker, rows, nbatch, head)
+                     tr, ct, head, nt):
+    ntasks = _transpose_tasks(rows, nbatch, head, tr)
     _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, head,
-                     nt, 0, ntasks)
+                     nt, tr, ct, 0, ntasks)
 
 
 @njit(cache=True, parallel=True)
 def transpose_parallel(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst,
-                       nbatch, head, nt):
-    ntasks = _transpose_tasks(marker, rows, nbatch, head)
+                       nbatch, tr, ct, head, nt):
+    ntasks = _transpose_tasks(rows, nbatch, head, tr)
     nchunks = min(ntasks, 64)
     for c in prange(nchunks):
         _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst,
-                         head, nt, ntasks * c // nchunks, ntasks * (c + 1) // nchunks)
+                         head, nt, tr, ct, ntasks * c // nchunks, ntasks * (c + 1) // nchunks)
 
 
 # ---------------------------------------------------------------------------- plan -> callable
@@ -253,7 +255,7 @@ def build(meta):
     else:
         fn = transpose_parallel if parallel else transpose_serial
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
-                meta.row_src, meta.col_dst, meta.batches)
+                meta.row_src, meta.col_dst, meta.batches) + TILES[meta.unit]
         unit, lanes = meta.unit, 64 // meta.unit
         if meta.rows_aligned and meta.rows > lanes:
             # shift the row tiling so full micro-tiles store whole, aligned cache lines
