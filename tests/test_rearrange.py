@@ -258,6 +258,21 @@ def test_large_parallel_nt_paths_bit_exact():
     assert np.array_equal(out[3:3 + big.size], big) and not out[:3].any() and not out[3 + big.size:].any()
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("rows,cols", [(2100, 40), (2048, 48), (8300, 3)])
+def test_long_rows_forced_nt(thresholds, dtype, rows, cols):
+    # destination rows longer than the staging limit: aligned (head shift) and misaligned phases
+    rng = np.random.default_rng(rows)
+    src = rng.integers(0, 255, (rows, cols * np.dtype(dtype).itemsize), dtype=np.uint8).view(dtype)
+    for off in (0, 1, 3):
+        buf = np.zeros(rows * cols + 70, dtype)
+        dst = buf[off:off + rows * cols].reshape(cols, rows).T
+        d = create_rearrange_descriptor(H, TensorDescriptor.from_array(dst), TensorDescriptor.from_array(src))
+        d.calculate(dst, src)
+        assert dst.tobytes() == src.tobytes()
+        assert not buf[:off].any() and not buf[off + rows * cols:].any()
+
+
 def test_torch_and_raw_addresses():
     src = torch.arange(2 * 3 * 5 * 4, dtype=torch.float16).reshape(2, 3, 5, 4)
     dst = torch.empty(2, 5, 4, 3, dtype=torch.float16)

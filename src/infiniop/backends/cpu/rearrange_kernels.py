@@ -30,6 +30,11 @@ from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose
 # (32 read streams) is what the hardware prefetcher keeps up with.
 TILES = {1: (64, 1), 2: (32, 1), 4: (32, 1), 8: (32, 1)}
 _CHUNK_BYTES = 1 << 20
+# staged transposes (non-temporal output through an L1/L2 scratch), see ``staging``
+STAGE_SHORT_ROW_BYTES = 8192
+STAGE_SCRATCH_BYTES = 16384
+STAGE_SEGMENT_BYTES = 1024
+STAGE_LONG_COLS = 32
 MARKERS = {w: np.empty(0, dtype=f"u{w}") for w in (1, 2, 4, 8)}
 
 
@@ -171,6 +176,88 @@ def _transpose_tasks(rows, nbatch, head, tr):
     return nbatch * ((rows - first + tr - 1) // tr)
 
 
+@njit(inline="always")
+def _batch_offsets(b, bshape, bdstr, bsstr):
+    nb = bshape.shape[0]
+    db = 0
+    sb = 0
+    rem = b
+    for j in range(nb):
+        kk = nb - 1 - j
+        q = rem // bshape[kk]
+        i = rem - q * bshape[kk]
+        rem = q
+        db += i * bdstr[kk]
+        sb += i * bsstr[kk]
+    return db, sb
+
+
+@njit(inline="always")
+def _staged_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, trb, kb,
+                  group, nt, t0, t1):
+    """Tasks t0..t1-1 of (batch, row block of ``trb`` rows, column block of ``kb`` columns).
+
+    Each task transposes its block into an L1/L2-resident scratch laid out like the destination
+    (column j's rows contiguous), ``group`` source rows at a time, then streams it out with
+    non-temporal 64-byte lines, merging columns whose destination segments are adjacent. So the
+    stores are whole aligned lines whatever the destination's alignment or row length."""
+    u = marker.itemsize
+    lanes = 64 // u
+    nrb = (rows + trb - 1) // trb
+    ncb = (cols + kb - 1) // kb
+    seg = trb * u
+    raw = np.empty(kb * seg + 64, np.uint8)
+    scratch = raw.ctypes.data + ((-raw.ctypes.data) & 63)
+    lin = np.arange(kb + lanes, dtype=np.int64) * seg
+    ld = lin.ctypes.data
+    rs = row_src.ctypes.data
+    cd = col_dst.ctypes.data
+    for t in range(t0, t1):
+        b = t // (nrb * ncb)
+        rest = t - b * (nrb * ncb)
+        rb = rest // ncb
+        cb = rest - rb * ncb
+        r_s = rb * trb
+        r_e = min(rows, r_s + trb)
+        c_s = cb * kb
+        c_e = min(cols, c_s + kb)
+        db, sb = _batch_offsets(b, bshape, bdstr, bsstr)
+        db += dst
+        sb += src
+        base = scratch - r_s * u
+        for g in range(r_s, r_e, group):
+            g_e = min(r_e, g + group)
+            for c0 in range(c_s, c_e, lanes):
+                kc = min(lanes, c_e - c0)
+                for r0 in range(g, g_e, lanes):
+                    kr = min(lanes, g_e - r0)
+                    tile_transpose(marker, sb, rs + 8 * r0, c0, base, ld + 8 * (c0 - c_s), r0, kr,
+                                   kc, False)
+        n = (r_e - r_s) * u
+        cdp = address_as_pointer(cd, np.int64)
+        run_dst = db + cdp[c_s] + r_s * u
+        run_src = scratch
+        run_len = n
+        for c in range(c_s + 1, c_e):
+            d = db + cdp[c] + r_s * u
+            s_ = scratch + (c - c_s) * seg
+            if d == run_dst + run_len and s_ == run_src + run_len:
+                run_len += n
+            else:
+                _copy_run(run_dst, run_src, run_len, nt)
+                run_dst = d
+                run_src = s_
+                run_len = n
+        _copy_run(run_dst, run_src, run_len, nt)
+    if nt:
+        store_fence()
+
+
+@njit(inline="always")
+def _staged_tasks(rows, cols, nbatch, trb, kb):
+    return nbatch * ((rows + trb - 1) // trb) * ((cols + kb - 1) // kb)
+
+
 # ---------------------------------------------------------------------------- kernels
 
 @njit(cache=True)
@@ -228,10 +315,36 @@ def transpose_parallel(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_s
                          head, nt, tr, ct, ntasks * c // nchunks, ntasks * (c + 1) // nchunks)
 
 
+@njit(cache=True, parallel=True)
+def staged_parallel(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, nbatch,
+                    trb, kb, group, nt):
+    ntasks = _staged_tasks(rows, cols, nbatch, trb, kb)
+    nchunks = min(ntasks, 64)
+    for c in prange(nchunks):
+        _staged_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, trb,
+                      kb, group, nt, ntasks * c // nchunks, ntasks * (c + 1) // nchunks)
+
+
 # ---------------------------------------------------------------------------- plan -> callable
 
 def transpose_lanes(unit: int) -> int:
     return 64 // unit
+
+
+def staging(meta):
+    """(rows per task, columns per task, rows per pass) of the staged transpose, or None when
+    direct NT stores already write whole aligned lines (long rows with one alignment phase)."""
+    unit = meta.unit
+    lanes = 64 // unit
+    row_bytes = meta.rows * unit
+    group = max(TILES[unit][0], lanes)
+    if row_bytes <= STAGE_SHORT_ROW_BYTES:
+        # whole destination rows per task: adjacent rows merge into long contiguous runs
+        kb = max(lanes, STAGE_SCRATCH_BYTES // max(row_bytes, 1) // lanes * lanes)
+        return meta.rows, kb, group
+    if meta.rows_aligned:
+        return None
+    return STAGE_SEGMENT_BYTES // unit, STAGE_LONG_COLS, group
 
 
 def build(meta):
@@ -252,6 +365,16 @@ def build(meta):
     elif kind == "units":
         fn = units_parallel if parallel else units_serial
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units)
+    elif nt and parallel and staging(meta) is not None:
+        trb, kb, group = staging(meta)
+        fn = staged_parallel
+        args = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
+                meta.row_src, meta.col_dst, meta.batches, trb, kb, group, nt)
+
+        def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args):
+            _fn(_m, dst + _d, src + _s, *_a)
+
+        return run
     else:
         fn = transpose_parallel if parallel else transpose_serial
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
