@@ -257,7 +257,8 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
         for j, nm in enumerate(names):
             emit(f"    b{j} = {nm}.ctypes.data")
             emit(f"    lo, hi = extent_of({nm})")
-            emit(f"    if b{j} + meta[{base + 3 * j}] < lo or b{j} + meta[{base + 3 * j + 1}] > hi:")
+            # compared as offsets from b (lo <= b <= hi): b + reach could overflow int64
+            emit(f"    if meta[{base + 3 * j}] < lo - b{j} or meta[{base + 3 * j + 1}] > hi - b{j}:")
             emit(f"        return {1 + j}")
         for k in range(arity):
             j = k + 1
