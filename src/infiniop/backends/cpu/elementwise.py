@@ -33,7 +33,7 @@ class ElementwiseKernel:
                 chunks = 32 if isz[0] >= 4 else 64  # tile edge, in elements
             else:
                 inner = lay.shape[-1]
-                rows = n // inner
+                rows = n // inner if inner else 0  # empty: an extent-0 innermost dim
                 nthreads = runtime.num_threads()
                 chunks = 1
                 if self.parallel and rows < 4 * nthreads:
