@@ -65,6 +65,12 @@ def _from_ndarray(a: np.ndarray, name: str = "buffer") -> BufferInfo:
                       not a.flags.writeable, "cpu", a)
 
 
+def _torch():
+    import torch
+
+    return torch
+
+
 def _is_torch_tensor(obj) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
@@ -76,6 +82,12 @@ def _from_torch(t, name: str = "buffer") -> BufferInfo:
         raise InfiniError(Status.BAD_TENSOR_DTYPE,
                           f"operand '{name}': tensor dtype {t.dtype} is not supported") from None
     isz = dt.itemsize
+    if t.layout is not _torch().strided:  # sparse, mkldnn...: no strided memory to hand out
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': tensor layout {t.layout} is "
+                          "not strided")
+    if t.is_neg() or t.is_conj():  # lazy negation/conjugation: memory != values
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': tensor has a lazy negation or "
+                          "conjugation bit; call .resolve_neg() / .resolve_conj() first")
     addr = t.data_ptr()
     shape, strides = tuple(t.shape), tuple(t.stride())
     lo, hi = _bounds(addr, shape, [s * isz for s in strides], isz)
@@ -98,11 +110,15 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
     if isinstance(obj, np.ndarray):
         return _from_ndarray(obj, name)
     if hasattr(obj, "__dlpack__"):
-        dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+        try:
+            dev = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+        except Exception as e:  # noqa: BLE001 - a broken producer is the caller's bad input
+            raise InfiniError(Status.BAD_PARAM,
+                              f"operand '{name}': cannot read its DLPack device ({e})") from e
         if dev in (1, 3):  # kDLCPU, kDLCUDAHost
             try:
                 return _from_ndarray(np.from_dlpack(obj), name)
-            except (BufferError, RuntimeError, TypeError) as e:
+            except (BufferError, RuntimeError, TypeError, ValueError, AttributeError) as e:
                 err = e
         else:
             err = None
@@ -117,16 +133,24 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
         return _from_torch(t, name)
     if hasattr(obj, "__cuda_array_interface__"):
         cai = obj.__cuda_array_interface__
-        dt = from_numpy(np.dtype(cai["typestr"]))
-        isz = dt.itemsize
-        shape = tuple(cai["shape"])
-        bstrides = cai.get("strides") or [s * isz for s in _contig(shape)]
-        addr, ro = cai["data"]
+        try:
+            dt = from_numpy(np.dtype(cai["typestr"]))
+            isz = dt.itemsize
+            shape = tuple(int(n) for n in cai["shape"])
+            bstrides = cai.get("strides") or [s * isz for s in _contig(shape)]
+            addr, ro = cai["data"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise InfiniError(Status.BAD_PARAM, f"operand '{name}': malformed "
+                              f"__cuda_array_interface__ ({e!r})") from None
         lo, hi = _bounds(addr, shape, bstrides, isz)
         return BufferInfo(addr, dt, shape, tuple(s // isz for s in bstrides), lo, hi, bool(ro),
                           "cuda", obj)
     if hasattr(obj, "__array_interface__"):
-        a = np.asarray(obj)
+        try:
+            a = np.asarray(obj)
+        except (KeyError, TypeError, ValueError) as e:
+            raise InfiniError(Status.BAD_PARAM, f"operand '{name}': unreadable "
+                              f"__array_interface__ ({e})") from None
         if isinstance(obj, np.generic):  # a NumPy scalar: ``a`` is a copy, writes would be lost
             a.flags.writeable = False
         return _from_ndarray(a, name)

@@ -35,6 +35,9 @@ class ElementwiseDescriptor(OperatorDescriptor):
         super().__init__(check_handle(handle))
         self.name = spec.name
         names = ("out",) + spec.inputs
+        if len(in_descs) != spec.arity:  # before naming them: names[k + 1] must exist
+            raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
+                              f"({', '.join(spec.inputs)}), got {len(in_descs)}")
         descs = [check_descriptor(out_desc, "out")]
         descs += [check_descriptor(d, names[k + 1]) for k, d in enumerate(in_descs)]
         self.info = info = plan(spec, descs[0], tuple(descs[1:]))

@@ -40,6 +40,9 @@ def _is_torch(x) -> bool:
 def _layout(x):
     if type(x) is np.ndarray:
         isz = x.itemsize
+        if any(s % isz for s in x.strides):  # s // isz would describe other elements
+            raise InfiniError(Status.BAD_TENSOR_STRIDES, f"array strides {x.strides} (bytes) "
+                              f"are not multiples of its itemsize {isz}")
         return x.dtype, x.shape, tuple(s // isz for s in x.strides)
     return x.dtype, tuple(x.shape), tuple(x.stride())
 
@@ -100,10 +103,15 @@ def _call_general(spec, args, out, key):
         raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
                           f"({', '.join(spec.inputs)}), got {len(args)}")
     use_torch = any(_is_torch(a) for a in args) or _is_torch(out)
+    if out is not None and type(out) is not np.ndarray and not _is_torch(out):
+        if not isinstance(out, np.ndarray):
+            raise InfiniError(Status.BAD_PARAM, f"operand 'out': cannot use {type(out).__name__}")
+        _call_general(spec, args, out.view(np.ndarray), None)  # a subclass: memmap, ...
+        return out
     arrays = [a for k, a in enumerate(args) if k not in spec.input_dtypes]
     dtype = None
     for a in arrays + ([out] if out is not None else []):
-        if type(a) is np.ndarray or _is_torch(a):
+        if isinstance(a, np.ndarray) or _is_torch(a):
             dtype = as_dtype(a.dtype)
             break
     if dtype is None:
@@ -113,8 +121,14 @@ def _call_general(spec, args, out, key):
         want = spec.input_dtype(k, dtype)
         if type(a) is np.ndarray or _is_torch(a):
             ins.append(a)
+        elif a is None:
+            raise InfiniError(Status.NULL_POINTER, f"operand '{spec.inputs[k]}' is None")
         elif isinstance(a, bool | int | float | np.generic):
-            v = np.asarray(a, dtype=want.numpy)
+            try:
+                v = np.asarray(a, dtype=want.numpy)
+            except (OverflowError, ValueError, TypeError) as e:  # 1000 as int8, nan as int
+                raise InfiniError(Status.BAD_PARAM, f"operand '{spec.inputs[k]}': scalar {a!r} "
+                                  f"does not fit {want}: {e}") from None
             if use_torch:
                 import torch
 
@@ -122,10 +136,15 @@ def _call_general(spec, args, out, key):
                 if want is DType.BF16:
                     v = v.view(torch.bfloat16)
             ins.append(v)
-        elif hasattr(a, "__dlpack__"):
-            ins.append(np.from_dlpack(a))
-        elif hasattr(a, "__array_interface__"):
-            ins.append(np.asarray(a))
+        elif hasattr(a, "__dlpack__") or hasattr(a, "__array_interface__"):
+            from ..interop import inspect_buffer
+
+            info = inspect_buffer(a, spec.inputs[k])  # an InfiniError for anything unreadable
+            if info.device != "cpu":
+                raise InfiniError(Status.BAD_PARAM,
+                                  f"operand '{spec.inputs[k]}': buffer lives on {info.device}")
+            o = info.owner  # the ndarray (maybe a subclass) or torch tensor it was read through
+            ins.append(np.asarray(o) if isinstance(o, np.ndarray) else o)
         else:
             raise InfiniError(Status.BAD_PARAM,
                               f"operand '{spec.inputs[k]}': cannot use {type(a).__name__}")
