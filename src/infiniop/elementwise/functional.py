@@ -102,6 +102,9 @@ def _call_general(spec, args, out, key):
     if len(args) != spec.arity:
         raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
                           f"({', '.join(spec.inputs)}), got {len(args)}")
+    for k, a in enumerate(args):
+        if a is None:
+            raise InfiniError(Status.NULL_POINTER, f"operand '{spec.inputs[k]}' is None")
     use_torch = any(_is_torch(a) for a in args) or _is_torch(out)
     if out is not None and type(out) is not np.ndarray and not _is_torch(out):
         if not isinstance(out, np.ndarray):
@@ -121,8 +124,6 @@ def _call_general(spec, args, out, key):
         want = spec.input_dtype(k, dtype)
         if type(a) is np.ndarray or _is_torch(a):
             ins.append(a)
-        elif a is None:
-            raise InfiniError(Status.NULL_POINTER, f"operand '{spec.inputs[k]}' is None")
         elif isinstance(a, bool | int | float | np.generic):
             try:
                 v = np.asarray(a, dtype=want.numpy)
