@@ -1,0 +1,277 @@
+"""Ahead-of-time compile check: ``triton.compile`` every kernel variant for real GPU targets.
+
+No GPU is needed (Triton ships ptxas), so CI catches what the interpreter accepts but the
+compiler rejects. A variant is one generated kernel (operator x dtype x layout class, or a
+rearrange kernel) with its constexprs; it is compiled for each target (default: NVIDIA sm_80
+and sm_90) with every scalar argument typed int64 (the widest the launcher can pass).
+
+    python -m infiniop.backends.triton.aot                 # the representative matrix
+    INFINIOP_FULL_AOT=1 python -m infiniop.backends.triton.aot   # every variant
+    python -m infiniop.backends.triton.aot --list          # print the variants only
+    python -m infiniop.backends.triton.aot --targets cuda:80,cuda:90,hip:gfx942 --jobs 2
+
+Exit status 0 when every variant compiled for every target; the failures are printed.
+``TRITON_INTERPRET`` must be unset (the interpreter replaces ``triton.jit``): the module
+removes it from the environment of the worker processes it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from ...dtype import DType
+from . import codegen
+
+DEFAULT_TARGETS = ("cuda:80", "cuda:90")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    build: tuple  # how to regenerate the KernelSource in a worker: (kind, args...)
+    constexprs: tuple  # ((name, value), ...)
+    num_warps: int
+
+    def source(self) -> codegen.KernelSource:
+        kind, *args = self.build
+        if kind == "ew":
+            op, dts, layout, pattern, ndim = args
+            from ... import ops  # noqa: F401  (registers the built-in operators)
+            from ...elementwise.spec import REGISTRY
+
+            spec = REGISTRY[op]
+            dtypes = [DType[d] for d in dts]
+            if layout == "flat":
+                return codegen.flat_source(spec.expr, dtypes, pattern, tag=f"ew_{spec.key}")
+            return codegen.strided_source(spec.expr, dtypes, pattern, ndim, tag=f"ew_{spec.key}")
+        if kind == "copy":
+            word, layout, pattern, ndim = args
+            dt = {1: DType.U8, 2: DType.U16, 4: DType.U32, 8: DType.U64}[word]
+            from ...elementwise.expr import Expr
+
+            e = Expr("input", (0,))
+            if layout == "flat":
+                return codegen.flat_source(e, [dt, dt], pattern, tag="copy")
+            return codegen.strided_source(e, [dt, dt], pattern, ndim, tag="copy")
+        if kind == "transpose":
+            word, batch, k = args
+            return codegen.transpose_source(word, batch, k)
+        raise ValueError(kind)
+
+
+# ------------------------------------------------------------------------------- the matrix
+
+_LAYOUTS = {  # layout class -> (kind, pattern builder, rank)
+    "flat": ("flat", lambda a: "1" * (a + 1), 1),
+    "flat_bcast": ("flat", lambda a: "1" + "0" + "1" * (a - 1), 1),
+    "strided1": ("strided", lambda a: "g" * (a + 1), 1),
+    "strided2": ("strided", lambda a: "1" + "".join("g0"[k % 2] for k in range(a)), 2),
+    "strided3": ("strided", lambda a: "g" + "1" * a, 3),
+    "tiled3": ("strided", lambda a: "1" + "g" * a, 3),
+    "rank6": ("strided", lambda a: "1" + "01"[0] * a, 6),
+}
+_WORDS = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+
+
+def _ew(op: str, dt: DType, layout: str) -> Variant:
+    from ... import ops  # noqa: F401
+    from ...elementwise.spec import REGISTRY
+
+    spec = REGISTRY[op]
+    kind, pat, ndim = _LAYOUTS[layout]
+    dts = [dt] + [spec.input_dtype(k, dt) for k in range(spec.arity)]
+    pattern = pat(spec.arity)
+    if kind == "flat":
+        ce = (("BLOCK", 1024),)
+    elif layout == "tiled3":
+        ce = (("BR", 64), ("BC", 64))
+    else:
+        ce = (("BR", 4), ("BC", 256))
+    return Variant(f"{op}-{dt.short_name}-{layout}",
+                   ("ew", op, tuple(d.name for d in dts), kind, pattern, ndim), ce, 4)
+
+
+def _rearrange_variants(full: bool) -> list[Variant]:
+    out = []
+    words = (1, 2, 4, 8) if full else (2, 4)
+    for w in words:
+        out.append(Variant(f"copy-u{8 * w}-flat", ("copy", w, "flat", "11", 1),
+                           (("BLOCK", 1024),), 4))
+        out.append(Variant(f"copy-u{8 * w}-flat_bcast", ("copy", w, "flat", "10", 1),
+                           (("BLOCK", 1024),), 4))
+        for ndim, pattern in ((1, "gg"), (2, "1g"), (3, "10"), (5, "11")):
+            if full or (ndim, w) in ((2, 2), (3, 4), (5, 4)):
+                out.append(Variant(f"copy-u{8 * w}-strided{ndim}-{pattern}",
+                                   ("copy", w, "strided", pattern, ndim),
+                                   (("BR", 8), ("BC", 128)), 4))
+        for batch in (0, 1, 3):
+            for k in (1, 2):
+                if full or (batch, k) in ((0, 1), (1, 2), (3, 1)):
+                    out.append(Variant(f"transpose-{_WORDS[w]}x{k}-batch{batch}",
+                                       ("transpose", _WORDS[w], batch, k),
+                                       (("TR", 64), ("TC", 64)), 8))
+    return out
+
+
+def variants(full: bool = False) -> list[Variant]:
+    """Every variant (``full``) or a representative matrix: every dtype of every operator once
+    (contiguous), every layout class for a few (operator, dtype) pairs, every rearrange family."""
+    from ... import ops
+    from ...elementwise.spec import REGISTRY
+
+    specs = [REGISTRY[s.name] for s in ops.ALL]
+    out: list[Variant] = []
+    if full:
+        for spec in specs:
+            for dt in sorted(spec.dtypes):
+                for layout in _LAYOUTS:
+                    out.append(_ew(spec.name, dt, layout))
+    else:
+        seen = set()
+        for spec in specs:  # every (operator, dtype) on the contiguous path
+            for dt in sorted(spec.dtypes):
+                out.append(_ew(spec.name, dt, "flat"))
+                seen.add((spec.name, dt, "flat"))
+        picks = [("sub", DType.F32), ("clip", DType.F16), ("add", DType.BF16),
+                 ("mul", DType.I8), ("where", DType.U64), ("maximum", DType.F64),
+                 ("neg", DType.BF16), ("div", DType.F32)]
+        for op, dt in picks:  # every layout class
+            for layout in _LAYOUTS:
+                if (op, dt, layout) not in seen:
+                    out.append(_ew(op, dt, layout))
+    return out + _rearrange_variants(full)
+
+
+# ---------------------------------------------------------------------------------- compile
+
+def _target(spec: str):
+    from triton.backends.compiler import GPUTarget
+
+    backend, arch = spec.split(":")
+    if backend == "cuda":
+        return GPUTarget("cuda", int(arch), 32)
+    return GPUTarget(backend, arch, 64)
+
+
+def _ast_source(fn, ks: codegen.KernelSource, constexprs: dict):
+    """ASTSource across Triton versions: 3.2+ takes ``constexprs=`` with constexpr entries in
+    the signature; 3.0/3.1 take ``constants=`` and leave constexprs out of the signature."""
+    from triton.compiler import ASTSource
+
+    types = [f"*{t}" for t in ks.pointers] + ["i64"] * len(ks.scalars)
+    names = fn.arg_names
+    params = inspect.signature(ASTSource.__init__).parameters
+    if "constexprs" in params:
+        sig = dict(zip(names, types))
+        sig.update({k: "constexpr" for k in constexprs})
+        return ASTSource(fn, signature=sig, constexprs=dict(constexprs))
+    sig = {i: t for i, t in enumerate(types)}
+    return ASTSource(fn, signature=sig, constants=dict(constexprs))
+
+
+def compile_variant(v: Variant, target: str) -> dict:
+    import triton
+
+    t0 = time.perf_counter()
+    ks = v.source()
+    fn = codegen.load(ks)
+    src = _ast_source(fn, ks, dict(v.constexprs))
+    k = triton.compile(src, target=_target(target),
+                       options={"num_warps": v.num_warps, "enable_fp_fusion": False})
+    asm = k.asm
+    binary = asm.get("cubin") or asm.get("hsaco") or b""
+    return {"variant": v.name, "target": target, "ok": True,
+            "seconds": round(time.perf_counter() - t0, 3), "binary_bytes": len(binary),
+            "shared": k.metadata.shared}
+
+
+def _worker(names: list[str], targets: list[str], full: bool) -> list[dict]:
+    table = {v.name: v for v in variants(full)}
+    results = []
+    for name in names:
+        for t in targets:
+            try:
+                results.append(compile_variant(table[name], t))
+            except Exception as e:  # noqa: BLE001 - report every failure, keep going
+                msg = f"{type(e).__name__}: {e}"
+                results.append({"variant": name, "target": t, "ok": False, "error": msg[-4000:]})
+    return results
+
+
+def run(full: bool, targets: list[str], jobs: int, only: list[str] | None = None) -> list[dict]:
+    """Compile in ``jobs`` subprocesses (a compiler crash is a failure, not a dead run)."""
+    names = [v.name for v in variants(full)]
+    if only:
+        names = [n for n in names if any(o in n for o in only)]
+    chunks = [names[i::jobs] for i in range(jobs) if names[i::jobs]]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    procs = []
+    for chunk in chunks:
+        cmd = [sys.executable, "-m", "infiniop.backends.triton.aot", "--worker",
+               "--targets", ",".join(targets)] + (["--full"] if full else []) + chunk
+        procs.append((chunk, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True)))
+    results = []
+    for chunk, p in procs:
+        out, err = p.communicate()
+        got = []
+        for line in out.splitlines():
+            if line.startswith("{"):
+                got.append(json.loads(line))
+        done = {(r["variant"], r["target"]) for r in got}
+        for name in chunk:
+            for t in targets:
+                if (name, t) not in done:
+                    got.append({"variant": name, "target": t, "ok": False,
+                                "error": f"worker exited with {p.returncode}: {err[-2000:]}"})
+        results += got
+    return results
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infiniop.backends.triton.aot",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true",
+                    default=os.environ.get("INFINIOP_FULL_AOT", "") not in ("", "0"))
+    ap.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--json", action="store_true", help="one JSON object per result")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("names", nargs="*")
+    a = ap.parse_args(argv)
+    targets = [t for t in a.targets.split(",") if t]
+    if a.list:
+        for v in variants(a.full):
+            print(v.name)
+        return 0
+    if a.worker:
+        for r in _worker(a.names, targets, a.full):
+            print(json.dumps(r), flush=True)
+        return 0
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        os.environ.pop("TRITON_INTERPRET")
+    t0 = time.perf_counter()
+    results = run(a.full, targets, max(1, a.jobs), a.names or None)
+    bad = [r for r in results if not r["ok"]]
+    if a.json:
+        for r in results:
+            print(json.dumps(r))
+    else:
+        for r in bad:
+            print(f"FAILED {r['variant']} [{r['target']}]: {r['error']}")
+        nv = len({r["variant"] for r in results})
+        print(f"{len(results) - len(bad)} compiled, {len(bad)} failed: {nv} variants x "
+              f"{len(targets)} targets ({', '.join(targets)}) in {time.perf_counter() - t0:.1f} s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

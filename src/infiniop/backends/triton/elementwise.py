@@ -1,0 +1,127 @@
+"""Bind a planned elementwise call (ElementwiseInfo) to its generated Triton kernel.
+
+Everything that depends only on the plan is computed here, once: the kernel variant
+(op x dtype x layout class x rank), block/tile shape, warps, grid, the tile loop count and the
+full list of scalar arguments (extents and strides are passed by value: nothing is uploaded to
+the device, per call or ever). ``launch_pointers`` only wraps the addresses and launches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...dtype import DType
+from ...status import InfiniError, Status
+from . import codegen
+from .memory import Operand, adapter, stream_context
+from .vendors import LaunchConfig, next_pow2
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def grid_for(tiles: int, cfg: LaunchConfig) -> tuple[int, int]:
+    """(programs, tiles per program): at most ``cfg.max_grid`` programs loop over the tiles."""
+    nprog = max(1, min(tiles, cfg.max_grid))
+    return nprog, _cdiv(tiles, nprog)
+
+
+def check_dtypes(dtypes, cfg: LaunchConfig, what: str) -> None:
+    for d in dtypes:
+        if d not in codegen.SUPPORTED:
+            raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                              f"{what}: dtype {d} has no Triton kernel (supported: "
+                              f"{', '.join(sorted(x.short_name for x in codegen.SUPPORTED))})")
+        if d is DType.F64 and not cfg.fp64:
+            raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                              f"{what}: {cfg.vendor} devices have no float64 in Triton")
+
+
+class Launch:
+    """A kernel with its launch fixed: ``launch(pointers, stream)``."""
+
+    def __init__(self, ks: codegen.KernelSource, scalars, constexprs: dict, grid: int,
+                 num_warps: int, operands: list[Operand], interpret: bool, device_id,
+                 extra=()):
+        self.source = ks
+        self.scalars = tuple(int(s) for s in scalars)
+        self.constexprs = dict(constexprs)
+        self.grid = (int(grid),)
+        self.num_warps = num_warps
+        self._kernel = codegen.load(ks)[self.grid]
+        self._kw = dict(self.constexprs, num_warps=num_warps, enable_fp_fusion=False)
+        self._memory = adapter(operands, interpret)
+        self._interpret = interpret
+        self._device_id = device_id
+        self._extra = tuple(extra)  # pointer arguments owned by the kernel (e.g. offset tables)
+
+    def launch(self, addresses, stream=None) -> None:
+        ptrs = self._memory(addresses)
+        if self._extra:
+            ptrs += self._extra
+        if self._interpret:
+            with np.errstate(all="ignore"):  # NumPy warnings for IEEE results (x/0, inf-inf)
+                self._kernel(*ptrs, *self.scalars, **self._kw)
+            return
+        with stream_context(stream, self._device_id, False):
+            self._kernel(*ptrs, *self.scalars, **self._kw)
+
+
+def plan_launch(info, cfg: LaunchConfig) -> tuple[codegen.KernelSource, list, dict, int, int]:
+    """(kernel source, scalar args, constexprs, grid, num_warps) for an ElementwiseInfo."""
+    lay = info.layout
+    dtypes = [d.dtype for d in info.descs]
+    expr = info.spec.expr
+    n = lay.numel
+    if info.kind == "flat":
+        block = min(cfg.block, next_pow2(n))
+        nprog, per = grid_for(_cdiv(n, block), cfg)
+        ks = codegen.flat_source(expr, dtypes, info.pattern, tag=f"ew_{info.spec.key}")
+        return ks, [n, per, nprog], {"BLOCK": block}, nprog, cfg.warps_for(block)
+    ndim = lay.ndim
+    inner = lay.shape[-1]
+    rows = n // inner
+    if info.kind == "tiled":  # square tiles: the transposed operand is dense along rows
+        bc = min(next_pow2(inner), cfg.tile)
+        br = min(next_pow2(rows), cfg.tile)
+    else:
+        bc = min(next_pow2(inner), cfg.block)
+        br = min(next_pow2(rows), max(1, cfg.block // bc))
+    tiles_c = _cdiv(inner, bc)
+    nprog, per = grid_for(_cdiv(rows, br) * tiles_c, cfg)
+    pattern = info.pattern
+    strides = []
+    for j, st in enumerate(lay.strides):
+        strides += list(st[:-1])
+        if pattern[j] == "g":
+            strides.append(st[-1])
+    scalars = [rows, inner, tiles_c, per, nprog] + list(lay.shape[1:-1]) + strides
+    ks = codegen.strided_source(expr, dtypes, pattern, ndim, tag=f"ew_{info.spec.key}")
+    return ks, scalars, {"BR": br, "BC": bc}, nprog, cfg.warps_for(br * bc)
+
+
+class ElementwiseKernel:
+    """``launch_pointers(addresses, stream=None)``: addresses of element 0 of each operand
+    (output first), already checked by the descriptor."""
+
+    def __init__(self, info, cfg: LaunchConfig, interpret: bool, device_id=None):
+        dtypes = [d.dtype for d in info.descs]
+        check_dtypes(dtypes, cfg, info.spec.name)
+        self.info = info
+        self.launch = None
+        if info.numel == 0:
+            return
+        ks, scalars, consts, grid, warps = plan_launch(info, cfg)
+        lay = info.layout
+        operands = []
+        for j, d in enumerate(info.descs):
+            isz = d.dtype.itemsize
+            lo, hi = d.reach
+            operands.append(Operand(codegen.POINTER[d.dtype], isz, lay.offsets[j] * isz,
+                                    lo * isz, (hi + 1) * isz))
+        self.launch = Launch(ks, scalars, consts, grid, warps, operands, interpret, device_id)
+
+    def launch_pointers(self, addresses, stream=None) -> None:
+        if self.launch is not None:
+            self.launch.launch(addresses, stream)

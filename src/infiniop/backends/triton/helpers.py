@@ -1,0 +1,196 @@
+"""Device functions shared by every generated kernel (the math namespace ``m`` on a GPU).
+
+Written in the portable subset of ``triton.language``: no libdevice, no inline asm, no bf16
+arithmetic, bit operations where the semantics must be exact. Each helper dispatches on its
+operand types at compile time (``if x.dtype == ...`` is resolved while tracing), so one
+expression tree renders to one source for every dtype.
+
+Semantics are the CPU backend's (Numba, ``error_model="numpy"``): NaN-propagating
+minimum/maximum that return their first operand on ties, ``-x`` flips the sign bit, division is
+IEEE-rounded, integer floor division and modulo follow Python (and give 0 for a zero divisor),
+integers compute in 64 bits.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bf16_to_f32(bits):
+    """bfloat16 bits (uint16) -> float32, exact."""
+    return (bits.to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def f32_to_bf16(x):
+    """float32 -> bfloat16 bits (uint16), round to nearest even; NaN stays NaN (quietened).
+    Written with integer ops: the interpreter truncates on ``.to(tl.bfloat16)``."""
+    b = x.to(tl.uint32, bitcast=True)
+    hi = b >> 16
+    r = (b + (0x7FFF + (hi & 1))) >> 16
+    r = tl.where(x != x, hi | 0x40, r)
+    return r.to(tl.uint16)
+
+
+@triton.jit
+def minimum(a, b):
+    """NumPy's minimum: NaN wins, else the smaller; on ties the second operand (as the CPU)."""
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def neg(x):
+    """-x; for floats a sign-bit flip (Triton's ``-x`` is ``0 - x``: wrong for 0.0 and NaN)."""
+    if x.dtype == tl.float32:
+        return (x.to(tl.uint32, bitcast=True) ^ 0x80000000).to(tl.float32, bitcast=True)
+    elif x.dtype == tl.float64:
+        return (x.to(tl.uint64, bitcast=True) ^ 0x8000000000000000).to(tl.float64, bitcast=True)
+    else:
+        return 0 - x
+
+
+@triton.jit
+def to_float(x):
+    """Integers and booleans -> float64 (NumPy's type for math on integers); floats unchanged."""
+    if x.dtype.is_floating():
+        return x
+    else:
+        return x.to(tl.float64)
+
+
+@triton.jit
+def truediv(a, b):
+    """IEEE-rounded division (``/`` on float32 is approximate on NVIDIA); ints -> float64."""
+    if a.dtype.is_floating() or b.dtype.is_floating():
+        if a.dtype == tl.float64 or b.dtype == tl.float64:
+            return a.to(tl.float64) / b.to(tl.float64)
+        else:
+            return tl.div_rn(a.to(tl.float32), b.to(tl.float32))
+    else:
+        return a.to(tl.float64) / b.to(tl.float64)
+
+
+@triton.jit
+def _signed_zero(x):
+    """+0.0 or -0.0 with the sign bit of float ``x``."""
+    if x.dtype == tl.float64:
+        return (x.to(tl.uint64, bitcast=True) & 0x8000000000000000).to(tl.float64, bitcast=True)
+    else:
+        return (x.to(tl.uint32, bitcast=True) & 0x80000000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _fdivmod_floor(a, b):
+    """NumPy's npy_divmod floor quotient for floats."""
+    m = a % b  # fmod
+    d = a - m
+    if a.dtype == tl.float32:
+        d = tl.div_rn(d, b)
+    else:
+        d = d / b
+    adj = (m != 0) & ((b < 0) != (m < 0))
+    d = tl.where(adj, d - 1, d)
+    f = tl.floor(d)
+    f = tl.where(d - f > 0.5, f + 1, f)
+    t = truediv(a, b)
+    q = tl.where(d == 0, _signed_zero(t), f)
+    return tl.where(b == 0, t, q)
+
+
+@triton.jit
+def floordiv(a, b):
+    """Python/NumPy floor division; integer division by zero gives 0 (Numba's numpy model)."""
+    if a.dtype.is_floating() or b.dtype.is_floating():
+        return _fdivmod_floor(a, b)
+    else:
+        nz = b != 0
+        bb = tl.where(nz, b, 1)
+        q = a // bb
+        r = a - q * bb
+        q = tl.where((r != 0) & ((r < 0) != (bb < 0)), q - 1, q)
+        return tl.where(nz, q, 0)
+
+
+@triton.jit
+def mod(a, b):
+    """Python/NumPy modulo (sign of the divisor); integer modulo by zero gives 0."""
+    if a.dtype.is_floating() or b.dtype.is_floating():
+        m = a % b
+        adj = (m != 0) & ((b < 0) != (m < 0))
+        m = tl.where(adj, m + b, m)
+        return tl.where(m == 0, _signed_zero(b + m * 0), m)
+    else:
+        nz = b != 0
+        bb = tl.where(nz, b, 1)
+        r = a - (a // bb) * bb
+        r = tl.where((r != 0) & ((r < 0) != (bb < 0)), r + bb, r)
+        return tl.where(nz, r, 0)
+
+
+@triton.jit
+def sqrt(x):
+    x = to_float(x)
+    if x.dtype == tl.float32:
+        return tl.sqrt_rn(x)
+    else:
+        return tl.sqrt(x)
+
+
+@triton.jit
+def exp(x):
+    return tl.exp(to_float(x))
+
+
+@triton.jit
+def log(x):
+    return tl.log(to_float(x))
+
+
+@triton.jit
+def sin(x):
+    return tl.sin(to_float(x))
+
+
+@triton.jit
+def cos(x):
+    return tl.cos(to_float(x))
+
+
+@triton.jit
+def floor(x):
+    return tl.floor(to_float(x))
+
+
+@triton.jit
+def ceil(x):
+    return tl.ceil(to_float(x))
+
+
+@triton.jit
+def tanh(x):
+    """tanh from exp (no libdevice): -expm1(-2|x|) / (expm1(-2|x|) + 2), with Kahan's expm1."""
+    x = to_float(x)
+    y = -2.0 * tl.abs(x)
+    u = tl.exp(y)
+    um1 = u - 1.0
+    lu = tl.log(u)
+    lu = tl.where(lu == 0, 1.0, lu)
+    em = tl.where(u == 1.0, y, tl.where(um1 == -1.0, -1.0, um1 * y / lu))
+    t = -em / (em + 2.0)
+    t = tl.where(x < 0, -t, t)
+    return tl.where(x != x, x, t)
+
+
+@triton.jit
+def abs_(x):
+    return tl.abs(x)
+
+
+@triton.jit
+def isnan(x):
+    return x != x

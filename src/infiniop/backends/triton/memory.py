@@ -1,0 +1,110 @@
+"""Memory adapters: turn the raw addresses a descriptor hands over into kernel arguments.
+
+- On a GPU, a pointer argument is any object with ``data_ptr()`` and a ``dtype``: a tiny
+  :class:`DevicePointer` (no tensor is built per call).
+- Under ``TRITON_INTERPRET=1`` the interpreter wants torch tensors whose *storage* covers every
+  byte the kernel touches (it indexes from ``data_ptr()`` with our offsets, negative ones
+  included). :class:`HostMemory` wraps the byte range ``[lo, hi)`` of each operand (known at
+  create from the descriptor's reach) in a CPU tensor with ``torch.frombuffer`` and points it at
+  the iteration origin. Nothing goes through DLPack, so negative strides are safe (DLPack of a
+  negative-stride NumPy view aborts torch). Operands whose ranges start at the same address
+  share one storage (the interpreter keys storages by address).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from dataclasses import dataclass
+
+_TORCH_NAMES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "i8": "int8",
+                "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
+                "u32": "uint32", "u64": "uint64"}
+
+
+def torch_dtype(ty: str):
+    import torch
+
+    return getattr(torch, _TORCH_NAMES[ty])
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One pointer argument: Triton element type, element size, and byte offsets from the
+    address the caller passes (element 0): ``origin`` (where the kernel's offsets start) and
+    the reach ``[lo, hi)``."""
+
+    ty: str
+    itemsize: int
+    origin: int
+    lo: int
+    hi: int
+
+
+class DevicePointer:
+    """What Triton's launcher needs of a pointer argument."""
+
+    __slots__ = ("_ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype):
+        self._ptr = ptr
+        self.dtype = dtype
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+
+class DeviceMemory:
+    def __init__(self, operands: list[Operand]):
+        self._ops = [(op.origin, torch_dtype(op.ty)) for op in operands]
+
+    def __call__(self, addresses):
+        return [DevicePointer(a + o, dt) for a, (o, dt) in zip(addresses, self._ops)]
+
+
+class HostMemory:
+    def __init__(self, operands: list[Operand]):
+        self._ops = [(op, torch_dtype(op.ty)) for op in operands]
+
+    def __call__(self, addresses):
+        import torch
+
+        ends: dict[int, int] = {}
+        for a, (op, _) in zip(addresses, self._ops):
+            s = a + op.lo
+            ends[s] = max(ends.get(s, s), a + op.hi)
+        bases = {s: torch.frombuffer((ctypes.c_char * (e - s)).from_address(s), dtype=torch.uint8)
+                 for s, e in ends.items()}
+        out = []
+        for a, (op, dt) in zip(addresses, self._ops):
+            base = bases[a + op.lo]
+            t = base[: op.hi - op.lo].view(dt)
+            out.append(t[(op.origin - op.lo) // op.itemsize:])
+        return out
+
+
+def adapter(operands: list[Operand], interpret: bool):
+    return HostMemory(operands) if interpret else DeviceMemory(operands)
+
+
+def stream_context(stream, device_id: int | None, interpret: bool):
+    """A context that makes ``stream`` (torch stream, raw ``cudaStream_t`` int, or an object
+    with ``cuda_stream`` / ``__cuda_stream__``) and ``device_id`` current for a launch."""
+    if interpret:
+        return contextlib.nullcontext()
+    import torch
+
+    stack = contextlib.ExitStack()
+    if device_id is not None and torch.cuda.current_device() != device_id:
+        stack.enter_context(torch.cuda.device(device_id))
+    if stream is not None:
+        if not isinstance(stream, torch.cuda.Stream):
+            if hasattr(stream, "__cuda_stream__"):
+                handle = stream.__cuda_stream__()[1]
+            elif hasattr(stream, "cuda_stream"):
+                handle = stream.cuda_stream
+            else:
+                handle = int(stream)
+            stream = torch.cuda.ExternalStream(handle)
+        stack.enter_context(torch.cuda.stream(stream))
+    return stack

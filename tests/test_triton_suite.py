@@ -1,0 +1,54 @@
+"""The CPU backend's correctness suite, run on the Triton backend under TRITON_INTERPRET=1.
+
+Each test here is one test of tests/test_elementwise.py, tests/test_rearrange.py or
+tests/test_triton_kernels.py, run in an interpreter worker (see test_triton_harness.py) where
+the CPU handle is routed to ``create_handle("nvidia")``: the same operator table, layouts,
+references, rounding/NaN/in-place/broadcast/negative-stride cases and the reference library's
+tables, bit for bit, on the real Triton kernels. A case that crashes the interpreter fails alone.
+
+Left out: the CPU backend's large-size tests (``large``: millions of elements, minutes on the
+interpreter) and its forced-parallel/NT variants (``forced``: a CPU-only knob, the same cases
+as the default variant here). Skipped cleanly when triton is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
+    pytest.skip("triton/torch not installed (pip install 'infiniop[gpu]')", allow_module_level=True)
+if os.environ.get("INFINIOP_TRITON_WORKER") == "1":
+    pytest.skip("parent-side module", allow_module_level=True)
+
+from test_triton_harness import Runner, check, upcoming_ids  # noqa: E402
+
+FILES = ["tests/test_elementwise.py", "tests/test_rearrange.py", "tests/test_triton_kernels.py"]
+KEYWORD = "not large and not forced"
+
+RUNNER = Runner([f for f in FILES if os.path.exists(os.path.join(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))), f))], keyword=KEYWORD, device="nvidia")
+try:
+    NODEIDS = RUNNER.collect()
+    COLLECT_ERROR = None
+except Exception as e:  # noqa: BLE001 - shown as one failing test
+    NODEIDS, COLLECT_ERROR = ["<collection>"], str(e)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_runner():
+    yield
+    RUNNER.close()
+
+
+def _id(nodeid: str) -> str:
+    return nodeid.removeprefix("tests/")
+
+
+@pytest.mark.parametrize("nodeid", NODEIDS, ids=_id)
+def test_on_triton_interpreter(request, nodeid):
+    if COLLECT_ERROR is not None:
+        pytest.fail(COLLECT_ERROR, pytrace=False)
+    check(RUNNER.outcome(nodeid, upcoming_ids(request, "nodeid")))
