@@ -51,6 +51,13 @@ class Variant:
             if layout == "flat":
                 return codegen.flat_source(spec.expr, dtypes, pattern, tag=f"ew_{spec.key}")
             return codegen.strided_source(spec.expr, dtypes, pattern, ndim, tag=f"ew_{spec.key}")
+        if kind == "expr":
+            which, dts, layout, pattern, ndim = args
+            spec = _expr_specs()[which]
+            dtypes = [DType[d] for d in dts]
+            if layout == "flat":
+                return codegen.flat_source(spec.expr, dtypes, pattern, tag=f"ew_{spec.key}")
+            return codegen.strided_source(spec.expr, dtypes, pattern, ndim, tag=f"ew_{spec.key}")
         if kind == "copy":
             word, layout, pattern, ndim = args
             dt = {1: DType.U8, 2: DType.U16, 4: DType.U32, 8: DType.U64}[word]
@@ -67,6 +74,46 @@ class Variant:
 
 
 # ------------------------------------------------------------------------------- the matrix
+
+_EXPR_SPECS: dict = {}
+
+
+def _expr_specs() -> dict:
+    """Two user-style operators that use every function of the math namespace ``m`` (the
+    built-in operators use only a few): one for float outputs, one for integer outputs."""
+    if not _EXPR_SPECS:
+        from ...elementwise.spec import FLOATS, INTEGERS, elementwise
+
+        _EXPR_SPECS["float"] = elementwise(
+            "aot_every_float_function", ("a", "b", "c"), FLOATS,
+            lambda m, a, b, c: m.where(
+                m.isnan(a) | (a < b) | (b >= c) & a.ne(c),
+                m.minimum(a, b) // c + a % c - (-a) / b,
+                m.maximum(m.exp(a), m.log(b)) + m.sqrt(m.abs(c)) - m.sin(a) * m.cos(b)
+                + m.tanh(c) + m.floor(a) - m.ceil(b) * 1.5) + (a > 2.5) - (b <= -1) * a.eq(c),
+            register=False)
+        _EXPR_SPECS["int"] = elementwise(
+            "aot_every_int_function", ("a", "b", "c"), INTEGERS,
+            lambda m, a, b, c: m.where(
+                (a & b) > (c | a), (a ^ ~b) // c, -(a % c)) + m.minimum(a, b) * m.maximum(b, c)
+            - m.abs(a) + (a >= b) + a.ne(c) - (b <= 3) * (a < c) + (a / (b + 1) > 2) * 7,
+            register=False)
+    return _EXPR_SPECS
+
+
+def _expr_variants(full: bool) -> list:
+    out = []
+    picks = {"float": (DType.F32, DType.F64, DType.F16, DType.BF16),
+             "int": (DType.I8, DType.I32, DType.I64, DType.U8, DType.U64)}
+    for which, dts in picks.items():
+        for dt in dts:
+            for layout in (("flat", "strided2", "rank6") if full else ("flat", "strided2")):
+                kind, pat, ndim = _LAYOUTS[layout]
+                ce = (("BLOCK", 1024),) if kind == "flat" else (("BR", 4), ("BC", 256))
+                out.append(Variant(f"expr_{which}-{dt.short_name}-{layout}",
+                                   ("expr", which, (dt.name,) * 4, kind, pat(3), ndim), ce, 4))
+    return out
+
 
 _LAYOUTS = {  # layout class -> (kind, pattern builder, rank)
     "flat": ("flat", lambda a: "1" * (a + 1), 1),
@@ -146,7 +193,7 @@ def variants(full: bool = False) -> list[Variant]:
             for layout in _LAYOUTS:
                 if (op, dt, layout) not in seen:
                     out.append(_ew(op, dt, layout))
-    return out + _rearrange_variants(full)
+    return out + _expr_variants(full) + _rearrange_variants(full)
 
 
 # ---------------------------------------------------------------------------------- compile

@@ -65,12 +65,16 @@ def to_float(x):
 
 @triton.jit
 def truediv(a, b):
-    """IEEE-rounded division (``/`` on float32 is approximate on NVIDIA); ints -> float64."""
-    if a.dtype.is_floating() or b.dtype.is_floating():
-        if a.dtype == tl.float64 or b.dtype == tl.float64:
-            return a.to(tl.float64) / b.to(tl.float64)
-        else:
-            return tl.div_rn(a.to(tl.float32), b.to(tl.float32))
+    """IEEE-rounded division (``/`` on float32 is approximate on NVIDIA); ints -> float64.
+    (Nested ifs, not ``or``: Triton 3.0/3.1 cannot combine compile-time conditions.)"""
+    if a.dtype == tl.float64:
+        return a / b.to(tl.float64)
+    elif b.dtype == tl.float64:
+        return a.to(tl.float64) / b
+    elif a.dtype.is_floating():
+        return tl.div_rn(a.to(tl.float32), b.to(tl.float32))
+    elif b.dtype.is_floating():
+        return tl.div_rn(a.to(tl.float32), b.to(tl.float32))
     else:
         return a.to(tl.float64) / b.to(tl.float64)
 
@@ -103,33 +107,52 @@ def _fdivmod_floor(a, b):
 
 
 @triton.jit
+def _ifloordiv(a, b):
+    nz = b != 0
+    bb = tl.where(nz, b, 1)
+    q = a // bb
+    r = a - q * bb
+    q = tl.where((r != 0) & ((r < 0) != (bb < 0)), q - 1, q)
+    return tl.where(nz, q, 0)
+
+
+@triton.jit
 def floordiv(a, b):
     """Python/NumPy floor division; integer division by zero gives 0 (Numba's numpy model)."""
-    if a.dtype.is_floating() or b.dtype.is_floating():
+    if a.dtype.is_floating():
+        return _fdivmod_floor(a, b)
+    elif b.dtype.is_floating():
         return _fdivmod_floor(a, b)
     else:
-        nz = b != 0
-        bb = tl.where(nz, b, 1)
-        q = a // bb
-        r = a - q * bb
-        q = tl.where((r != 0) & ((r < 0) != (bb < 0)), q - 1, q)
-        return tl.where(nz, q, 0)
+        return _ifloordiv(a, b)
+
+
+@triton.jit
+def _fmod(a, b):
+    m = a % b
+    adj = (m != 0) & ((b < 0) != (m < 0))
+    m = tl.where(adj, m + b, m)
+    return tl.where(m == 0, _signed_zero(b + m * 0), m)
+
+
+@triton.jit
+def _imod(a, b):
+    nz = b != 0
+    bb = tl.where(nz, b, 1)
+    r = a - (a // bb) * bb
+    r = tl.where((r != 0) & ((r < 0) != (bb < 0)), r + bb, r)
+    return tl.where(nz, r, 0)
 
 
 @triton.jit
 def mod(a, b):
     """Python/NumPy modulo (sign of the divisor); integer modulo by zero gives 0."""
-    if a.dtype.is_floating() or b.dtype.is_floating():
-        m = a % b
-        adj = (m != 0) & ((b < 0) != (m < 0))
-        m = tl.where(adj, m + b, m)
-        return tl.where(m == 0, _signed_zero(b + m * 0), m)
+    if a.dtype.is_floating():
+        return _fmod(a, b)
+    elif b.dtype.is_floating():
+        return _fmod(a, b)
     else:
-        nz = b != 0
-        bb = tl.where(nz, b, 1)
-        r = a - (a // bb) * bb
-        r = tl.where((r != 0) & ((r < 0) != (bb < 0)), r + bb, r)
-        return tl.where(nz, r, 0)
+        return _imod(a, b)
 
 
 @triton.jit

@@ -1,0 +1,178 @@
+"""GPU benchmark of the Triton backend: ours vs PyTorch, GB/s vs the device's copy bandwidth.
+
+    python benchmarks/bench_gpu.py [--device nvidia] [--device-id 0] [--quick] [--json out.json]
+    TRITON_INTERPRET=1 python benchmarks/bench_gpu.py --smoke     # plumbing check on the CPU
+
+Needs a GPU that the Triton backend runs (``create_handle(--device)`` must succeed without the
+interpreter). At the start it measures the device's copy bandwidth (``torch`` copy of a large
+contiguous tensor); every row then shows our time and PyTorch's for the same operation, the
+ratio (PyTorch time / ours: > 1 means we are faster), our GB/s (bytes read + written / time)
+and that as a share of the copy bandwidth. Timing: ``triton.testing.do_bench`` (median of
+CUDA-event timed repetitions after warm-up), descriptors created once, outside the timing.
+
+Without a GPU it says so and exits 0: no number in this project's README has been measured on
+a GPU yet. ``--smoke`` runs every row once at tiny sizes under the interpreter, to keep the
+script working in CI-like environments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+import torch
+
+import infiniop
+from infiniop import TensorDescriptor
+from infiniop.rearrange import create_rearrange_descriptor
+
+SMOKE_SCALE = 1 << 10
+
+
+def timer(smoke: bool):
+    if smoke:
+        def bench(fn):
+            fn()
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
+        return bench
+    from triton.testing import do_bench
+
+    return lambda fn: do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def copy_bandwidth(dev, nbytes: int, bench) -> float:
+    x = torch.empty(nbytes // 4, dtype=torch.float32, device=dev)
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x))
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def _td(t):
+    return TensorDescriptor.from_array(t)
+
+
+def elementwise_rows(n: int, side: int):
+    """(op, dtype, shape, layout, make) rows; make(dev, dtype) -> (ours, theirs, bytes)."""
+    rows = []
+    dts = [torch.float32, torch.float16, torch.bfloat16]
+
+    def binary(op, tfn, layout):
+        def make(dev, dt, shape):
+            a = torch.randn(shape, device=dev).to(dt)
+            b = torch.randn(shape, device=dev).to(dt)
+            c = torch.empty(shape, device=dev, dtype=dt)
+            if layout == "broadcast":
+                b = torch.randn(shape[-1], device=dev).to(dt).expand(shape)
+            elif layout == "transposed":
+                a = torch.randn(shape[::-1], device=dev).to(dt).t()
+            elif layout == "strided-out":
+                c = torch.empty((shape[0], 2 * shape[1]), device=dev, dtype=dt)[:, ::2]
+            d = getattr(infiniop, f"create_{op}_descriptor")(H, _td(c), _td(a), _td(b))
+            nbytes = (c.numel() * 2 + (b.numel() if layout != "broadcast" else 0)) * c.element_size()
+            return (lambda: d.calculate(None, c, a, b)), (lambda: tfn(a, b, out=c)), nbytes
+        return make
+
+    def clip(layout):
+        def make(dev, dt, shape):
+            x = torch.randn(shape, device=dev).to(dt)
+            lo = torch.full(shape, -0.5, device=dev, dtype=dt)
+            hi = torch.full(shape, 0.5, device=dev, dtype=dt)
+            if layout == "broadcast":
+                lo, hi = lo[:1, :1].expand(shape), hi[:1, :1].expand(shape)
+            y = torch.empty_like(x)
+            d = infiniop.create_clip_descriptor(H, _td(y), _td(x), _td(lo), _td(hi))
+            k = 4 if layout != "broadcast" else 2
+            return ((lambda: d.calculate(None, y, x, lo, hi)),
+                    (lambda: torch.clamp(x, lo, hi, out=y)), k * x.numel() * x.element_size())
+        return make
+
+    shape = (side, side)
+    for dt in dts:
+        for layout in ("contiguous", "broadcast", "transposed", "strided-out"):
+            rows.append(("add", dt, shape, layout, binary("add", torch.add, layout)))
+        rows.append(("mul", dt, shape, "contiguous", binary("mul", torch.mul, "contiguous")))
+        rows.append(("clip", dt, shape, "contiguous", clip("contiguous")))
+        rows.append(("clip", dt, shape, "broadcast", clip("broadcast")))
+    return rows
+
+
+def rearrange_rows(side: int, nchw):
+    def transpose(dev, dt, shape):
+        src = torch.randn(shape, device=dev).to(dt)
+        dst = torch.empty(shape[::-1], device=dev, dtype=dt).t()
+        d = create_rearrange_descriptor(H, _td(dst), _td(src))
+        return (lambda: d.calculate(dst, src)), (lambda: dst.copy_(src)), 2 * src.numel() * src.element_size()
+
+    def to_nhwc(dev, dt, shape):
+        n, c, h, w = shape
+        src = torch.randn(shape, device=dev).to(dt)
+        dst = torch.empty((n, h, w, c), device=dev, dtype=dt).permute(0, 3, 1, 2)
+        d = create_rearrange_descriptor(H, _td(dst), _td(src))
+        return (lambda: d.calculate(dst, src)), (lambda: dst.copy_(src)), 2 * src.numel() * src.element_size()
+
+    rows = []
+    for dt in (torch.float32, torch.float16):
+        rows.append(("rearrange", dt, (side, side), "transpose", transpose))
+        rows.append(("rearrange", dt, nchw, "nchw->nhwc", to_nhwc))
+    return rows
+
+
+def main(argv=None) -> int:
+    global H
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="nvidia")
+    ap.add_argument("--device-id", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="smaller tensors (64 MiB class)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one run each (interpreter)")
+    ap.add_argument("--json", help="write the rows here")
+    a = ap.parse_args(argv)
+    try:
+        H = infiniop.create_handle(a.device, a.device_id)
+    except infiniop.InfiniError as e:
+        print(f"no {a.device} device to benchmark: {e}")
+        print("nothing measured (the README's GPU numbers are 'not yet measured').")
+        return 0
+    smoke = a.smoke or H.backend.INTERPRET
+    if smoke and not a.smoke:
+        print("TRITON_INTERPRET=1: running the smoke configuration (tiny sizes, not a benchmark)")
+    dev = "cpu" if H.backend.MEMORY_KIND == "cpu" else f"cuda:{a.device_id}"
+    bench = timer(smoke)
+    side = 64 if smoke else (4096 if a.quick else 8192)
+    nchw = (2, 8, 5, 7) if smoke else ((32, 64, 56, 56) if a.quick else (64, 256, 56, 56))
+    ceiling = copy_bandwidth(dev, (SMOKE_SCALE if smoke else side * side) * 16, bench)
+    name = "cpu (interpreter)" if dev == "cpu" else torch.cuda.get_device_name(a.device_id)
+    print(f"device: {name}; copy bandwidth {ceiling:.1f} GB/s; triton "
+          f"{__import__('triton').__version__}; torch {torch.__version__}")
+    hdr = (f"{'op':<10}{'dtype':<10}{'shape':<20}{'layout':<13}{'ours us':>10}{'torch us':>10}"
+           f"{'torch/ours':>11}{'GB/s':>9}{'% copy':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    out = []
+    for op, dt, shape, layout, make in (elementwise_rows(side * side, side)
+                                        + rearrange_rows(side, nchw)):
+        ours, theirs, nbytes = make(dev, dt, shape)
+        t_ours, t_torch = bench(ours), bench(theirs)
+        gbs = nbytes / (t_ours * 1e-3) / 1e9
+        row = dict(op=op, dtype=str(dt).split(".")[-1], shape=list(shape), layout=layout,
+                   ours_us=t_ours * 1e3, torch_us=t_torch * 1e3, ratio=t_torch / t_ours,
+                   gbps=gbs, pct_copy=100 * gbs / ceiling)
+        out.append(row)
+        print(f"{op:<10}{row['dtype']:<10}{str(tuple(shape)):<20}{layout:<13}"
+              f"{row['ours_us']:>10.1f}{row['torch_us']:>10.1f}{row['ratio']:>11.2f}"
+              f"{gbs:>9.1f}{row['pct_copy']:>7.0f}%")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": name, "copy_gbps": ceiling, "smoke": smoke,
+                       "platform": platform.platform(), "rows": out}, f, indent=1)
+    return 0
+
+
+H = None
+
+if __name__ == "__main__":
+    sys.exit(main())
