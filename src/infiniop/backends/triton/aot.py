@@ -209,7 +209,8 @@ def _target(spec: str):
 
 def _ast_source(fn, ks: codegen.KernelSource, constexprs: dict):
     """ASTSource across Triton versions: 3.2+ takes ``constexprs=`` with constexpr entries in
-    the signature; 3.0/3.1 take ``constants=`` and leave constexprs out of the signature."""
+    the signature (and per-argument ``attrs``: pointers are marked 16-byte aligned there);
+    3.0/3.1 take ``constants=`` and leave constexprs out of the signature."""
     from triton.compiler import ASTSource
 
     types = [f"*{t}" for t in ks.pointers] + ["i64"] * len(ks.scalars)
@@ -218,7 +219,12 @@ def _ast_source(fn, ks: codegen.KernelSource, constexprs: dict):
     if "constexprs" in params:
         sig = dict(zip(names, types))
         sig.update({k: "constexpr" for k in constexprs})
-        return ASTSource(fn, signature=sig, constexprs=dict(constexprs))
+        # pointers 16-byte aligned (as torch allocates them) and sizes multiples of 16: what
+        # Triton's specialisation sees for large tensors, i.e. the vectorised code path
+        aligned = list(range(len(ks.pointers))) + [
+            len(ks.pointers) + k for k, name in enumerate(ks.scalars) if name in ("n", "inner")]
+        attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+        return ASTSource(fn, signature=sig, constexprs=dict(constexprs), attrs=attrs)
     sig = {i: t for i, t in enumerate(types)}
     return ASTSource(fn, signature=sig, constants=dict(constexprs))
 

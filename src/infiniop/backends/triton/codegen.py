@@ -196,8 +196,14 @@ def _ptr_names(arity: int) -> list[str]:
     return ["out_ptr"] + [f"in{k}_ptr" for k in range(arity)]
 
 
+# Scalars that only count tiles are never specialised on (no recompile per size); layout scalars
+# (sizes, strides) keep Triton's divisibility specialisation: it is what lets the compiler prove
+# rows aligned and masks uniform, i.e. use vector loads and stores.
+_BOOKKEEPING = ("rows", "cols", "tiles_c", "tiles_rc", "tiles_per_prog", "nprog")
+
+
 def _kernel_header(params: list[str], scalars: list[str]) -> str:
-    dns = ", ".join(repr(s) for s in scalars)
+    dns = ", ".join(repr(s) for s in scalars if s in _BOOKKEEPING)
     return f"\n\n@triton.jit(do_not_specialize=[{dns}])\ndef kernel({', '.join(params)}):"
 
 

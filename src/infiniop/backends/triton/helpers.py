@@ -203,8 +203,8 @@ def tanh(x):
     um1 = u - 1.0
     lu = tl.log(u)
     lu = tl.where(lu == 0, 1.0, lu)
-    em = tl.where(u == 1.0, y, tl.where(um1 == -1.0, -1.0, um1 * y / lu))
-    t = -em / (em + 2.0)
+    em = tl.where(u == 1.0, y, tl.where(um1 == -1.0, -1.0, truediv(um1 * y, lu)))
+    t = truediv(-em, em + 2.0)
     t = tl.where(x < 0, -t, t)
     return tl.where(x != x, x, t)
 
