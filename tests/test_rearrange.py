@@ -259,7 +259,7 @@ def test_large_parallel_nt_paths_bit_exact():
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
-@pytest.mark.parametrize("rows,cols", [(2100, 40), (2048, 48), (8300, 3)])
+@pytest.mark.parametrize("rows,cols", [(2100, 40), (2048, 48), (8300, 5), (100, 70)])
 def test_long_rows_forced_nt(thresholds, dtype, rows, cols):
     # destination rows longer than the staging limit: aligned (head shift) and misaligned phases
     rng = np.random.default_rng(rows)

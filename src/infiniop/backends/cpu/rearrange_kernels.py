@@ -32,9 +32,10 @@ TILES = {1: (64, 1), 2: (32, 1), 4: (32, 1), 8: (32, 1)}
 _CHUNK_BYTES = 1 << 20
 # staged transposes (non-temporal output through an L1/L2 scratch), see ``staging``
 STAGE_SHORT_ROW_BYTES = 8192
-STAGE_SCRATCH_BYTES = 16384
+STAGE_SCRATCH_BYTES = 65536
+DIRECT_MIN_ROW_BYTES = 2048
 STAGE_SEGMENT_BYTES = 1024
-STAGE_LONG_COLS = 32
+STAGE_LONG_COLS = 64
 MARKERS = {w: np.empty(0, dtype=f"u{w}") for w in (1, 2, 4, 8)}
 
 
@@ -332,8 +333,7 @@ def transpose_lanes(unit: int) -> int:
 
 
 def staging(meta):
-    """(rows per task, columns per task, rows per pass) of the staged transpose, or None when
-    direct NT stores already write whole aligned lines (long rows with one alignment phase)."""
+    """(rows per task, columns per task, rows per pass) of the staged transpose."""
     unit = meta.unit
     lanes = 64 // unit
     row_bytes = meta.rows * unit
@@ -342,8 +342,6 @@ def staging(meta):
         # whole destination rows per task: adjacent rows merge into long contiguous runs
         kb = max(lanes, STAGE_SCRATCH_BYTES // max(row_bytes, 1) // lanes * lanes)
         return meta.rows, kb, group
-    if meta.rows_aligned:
-        return None
     return STAGE_SEGMENT_BYTES // unit, STAGE_LONG_COLS, group
 
 
@@ -351,6 +349,9 @@ def build(meta):
     """A callable ``run(dst_address, src_address)`` for a planned rearrange (``RearrangeMeta``).
 
     The addresses are those of element 0 of each tensor; the plan's origin offsets are added here.
+    Transposes with non-temporal stores pick, per call, between the direct kernel (destination
+    rows share one alignment phase: the row tiling is shifted so full micro-tiles store aligned
+    lines) and the staged kernel (short rows on a misaligned base, or rows of mixed phase).
     """
     kind = meta.kind
     if kind == "empty":
@@ -361,35 +362,34 @@ def build(meta):
     marker = MARKERS[meta.word]
     if kind == "memcpy":
         fn = memcpy_parallel if parallel and meta.unit >= 2 * _CHUNK_BYTES else memcpy_serial
-        args = (meta.unit,)
+        args = (meta.unit, nt)
     elif kind == "units":
         fn = units_parallel if parallel else units_serial
-        args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units)
-    elif nt and parallel and staging(meta) is not None:
-        trb, kb, group = staging(meta)
-        fn = staged_parallel
-        args = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
-                meta.row_src, meta.col_dst, meta.batches, trb, kb, group, nt)
-
-        def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args):
-            _fn(_m, dst + _d, src + _s, *_a)
-
-        return run
+        args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units, nt)
     else:
         fn = transpose_parallel if parallel else transpose_serial
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
                 meta.row_src, meta.col_dst, meta.batches) + TILES[meta.unit]
-        unit, lanes = meta.unit, 64 // meta.unit
-        if meta.rows_aligned and meta.rows > lanes:
-            # shift the row tiling so full micro-tiles store whole, aligned cache lines
-            def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args, _nt=nt):
-                d = dst + _d
-                head = ((-d) & 63) // unit if d % unit == 0 else 0
-                _fn(_m, d, src + _s, *_a, head, _nt)
+        if nt and parallel:
+            unit = meta.unit
+            staged = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
+                      meta.row_src, meta.col_dst, meta.batches) + staging(meta) + (True,)
+            if not meta.rows_aligned:
+                fn, args = staged_parallel, staged
+            else:
+                long_rows = meta.rows * unit >= DIRECT_MIN_ROW_BYTES
 
-            return run
-        args += (0,)
-    args += (nt,)
+                def run(dst, src, _m=marker, _d=doff, _s=soff, _a=args, _st=staged, _long=long_rows):
+                    d = dst + _d
+                    head = ((-d) & 63) // unit if d % unit == 0 else 0
+                    if head == 0 or (_long and d % unit == 0):
+                        transpose_parallel(_m, d, src + _s, *_a, head, True)
+                    else:
+                        staged_parallel(_m, d, src + _s, *_st)
+
+                return run
+        else:
+            args += (0, nt)
 
     def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args):
         _fn(_m, dst + _d, src + _s, *_a)
