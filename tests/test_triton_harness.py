@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,16 @@ IN_WORKER = os.environ.get("INFINIOP_TRITON_WORKER") == "1"
 
 
 # ============================================================================ worker (plugin)
+
+_ADDR = re.compile(r"0x[0-9a-fA-F]+")
+_asked: dict[str, str] = {}  # worker node id -> the id the parent asked for
+
+
+def _key(nodeid: str) -> str:
+    """Node ids with object addresses (``<object object at 0x7f..>`` parameters) differ between
+    processes; compare them without the addresses."""
+    return _ADDR.sub("0x?", nodeid)
+
 
 def _emit(record: dict) -> None:
     path = os.environ.get("INFINIOP_TRITON_RESULTS")
@@ -90,8 +101,14 @@ def pytest_collection_modifyitems(session, config, items):
     if sel:
         with open(sel) as f:
             want = json.load(f)
-        by_id = {it.nodeid: it for it in items}
-        items[:] = [by_id[n] for n in want if n in by_id]
+        by_key = {_key(it.nodeid): it for it in items}
+        chosen = []
+        for n in want:
+            it = by_key.get(_key(n))
+            if it is not None:
+                chosen.append(it)
+                _asked[it.nodeid] = n
+        items[:] = chosen
 
 
 _phases: dict[str, list] = {}
@@ -99,7 +116,7 @@ _phases: dict[str, list] = {}
 
 def pytest_runtest_logstart(nodeid, location):
     if IN_WORKER:
-        _emit({"start": nodeid})
+        _emit({"start": _asked.get(nodeid, nodeid)})
 
 
 def pytest_runtest_logreport(report):
@@ -118,7 +135,7 @@ def pytest_runtest_logreport(report):
             outcome = "skipped"
             lr = r.longrepr
             text = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
-    _emit({"done": report.nodeid, "outcome": outcome, "text": text,
+    _emit({"done": _asked.get(report.nodeid, report.nodeid), "outcome": outcome, "text": text,
            "duration": round(sum(r.duration for r in reports), 4)})
 
 

@@ -1,12 +1,14 @@
 """The CPU backend's correctness suite, run on the Triton backend under TRITON_INTERPRET=1.
 
-Each test here is one test of tests/test_elementwise.py, tests/test_rearrange.py or
-tests/test_triton_kernels.py, run in an interpreter worker (see test_triton_harness.py) where
+Each test here is one test of the files in ``FILES`` (the elementwise operator table, the
+elementwise bad-input matrix, the reference library's sub/add/mul/clip tables, rearrange with
+the reference library's tables, and the Triton internals), run in an interpreter worker (see test_triton_harness.py) where
 the CPU handle is routed to ``create_handle("nvidia")``: the same operator table, layouts,
 references, rounding/NaN/in-place/broadcast/negative-stride cases and the reference library's
 tables, bit for bit, on the real Triton kernels. A case that crashes the interpreter fails alone.
 
-Left out: the CPU backend's large-size tests (``large``: millions of elements, minutes on the
+Left out: the CPU-only robustness/memory/concurrency suites (child processes that open the
+CPU handle themselves, RSS soaks, threads), the CPU backend's large-size tests (``large``: millions of elements, minutes on the
 interpreter) and its forced-parallel/NT variants (``forced``: a CPU-only knob, the same cases
 as the default variant here). Skipped cleanly when triton is not installed.
 """
@@ -25,7 +27,9 @@ if os.environ.get("INFINIOP_TRITON_WORKER") == "1":
 
 from test_triton_harness import Runner, check, upcoming_ids  # noqa: E402
 
-FILES = ["tests/test_elementwise.py", "tests/test_rearrange.py", "tests/test_triton_kernels.py"]
+FILES = ["tests/test_elementwise.py", "tests/test_elementwise_errors.py",
+         "tests/test_reference_tables.py", "tests/test_rearrange.py",
+         "tests/test_triton_kernels.py"]
 KEYWORD = "not large and not forced"
 
 RUNNER = Runner([f for f in FILES if os.path.exists(os.path.join(os.path.dirname(

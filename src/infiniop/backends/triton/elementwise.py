@@ -8,6 +8,8 @@ the device, per call or ever). ``launch_pointers`` only wraps the addresses and 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...dtype import DType
@@ -15,6 +17,10 @@ from ...status import InfiniError, Status
 from . import codegen
 from .memory import Operand, adapter, stream_context
 from .vendors import LaunchConfig, next_pow2
+
+
+# The interpreter keeps the launch grid in global state: launches from threads must not overlap.
+_INTERPRETER_LOCK = threading.Lock()
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -61,7 +67,8 @@ class Launch:
         if self._extra:
             ptrs += self._extra
         if self._interpret:
-            with np.errstate(all="ignore"):  # NumPy warnings for IEEE results (x/0, inf-inf)
+            # NumPy warnings for IEEE results (x/0, inf-inf) are not errors here
+            with _INTERPRETER_LOCK, np.errstate(all="ignore"):
                 self._kernel(*ptrs, *self.scalars, **self._kw)
             return
         with stream_context(stream, self._device_id, False):
