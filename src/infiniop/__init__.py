@@ -32,6 +32,7 @@ from .elementwise import (
 )
 from .memory import empty_aligned
 from .ops import ABS, ADD, CLIP, DIV, MAXIMUM, MINIMUM, MUL, NEG, RELU, SUB, WHERE
+from .rearrange import copy_, create_rearrange_descriptor, rearrange
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
 
@@ -62,6 +63,7 @@ __all__ = [
     "create_div_descriptor", "create_clip_descriptor", "create_maximum_descriptor",
     "create_minimum_descriptor", "create_neg_descriptor", "create_abs_descriptor",
     "create_relu_descriptor", "create_where_descriptor",
+    "copy_", "create_rearrange_descriptor", "rearrange",
     "DType", "Device", "Handle", "InfiniError", "Status", "TensorDescriptor",
     "bfloat16", "bool_", "create_handle", "create_tensor_descriptor", "float16", "float32",
     "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
