@@ -227,7 +227,7 @@ def rearrange(x, pattern: str, **axis_sizes):
     >>> infiniop.rearrange(x, "a b c -> c a b").shape
     (4, 2, 3)
     >>> infiniop.rearrange(x, "a (b1 b2) c -> b1 (a b2 c)", b1=1).shape
-    (1, 72)
+    (1, 24)
     """
     from . import _descriptor_for
 
