@@ -53,7 +53,7 @@ class ElementwiseDescriptor(OperatorDescriptor):
         self._empty = info.numel == 0
         self._np_dtypes = tuple(d.dtype.numpy for d in descs)
         self._views = tuple(d.dtype in _HALF for d in descs)
-        self._kernel = handle.backend.elementwise_kernel(info)
+        self._kernel = handle.backend.elementwise_kernel(info, handle=handle)
         launcher = getattr(self._kernel, "array_launcher", None)
         self._fast = None if launcher is None or self._empty else _fast_path(
             launcher, self._kernel.array_launcher_args, self._np_dtypes, self._views)
@@ -70,7 +70,7 @@ class ElementwiseDescriptor(OperatorDescriptor):
                               f"{self.name} takes {len(self._names) - 1} inputs, got {len(inputs)}")
         infos = self._check_buffers(workspace, out, inputs)
         if not self._empty:
-            self._kernel.launch_pointers([i.address for i in infos])
+            self._kernel.launch_pointers([i.address for i in infos], stream=stream)
 
     def destroy(self) -> None:
         self._fast = None

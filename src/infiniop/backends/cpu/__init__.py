@@ -15,8 +15,9 @@ def check_device(device, device_id: int) -> None:
         raise InfiniError(Status.DEVICE_NOT_FOUND, f"the CPU is device 0, got device_id={device_id}")
 
 
-def elementwise_kernel(info):
-    """A callable kernel for a planned elementwise call (see elementwise.py)."""
+def elementwise_kernel(info, handle=None):
+    """A callable kernel for a planned elementwise call (see elementwise.py). The CPU has one
+    device, so ``handle`` is not needed; GPU backends use it to pick the vendor's launch table."""
     from .elementwise import ElementwiseKernel
 
     return ElementwiseKernel(info)

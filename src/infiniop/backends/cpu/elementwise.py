@@ -58,7 +58,9 @@ class ElementwiseKernel:
         # For callers that bind the trailing arguments themselves (the descriptor's fast path).
         self.array_launcher, self.array_launcher_args = launcher, (self.meta, shape, strides)
 
-    def launch_pointers(self, addresses) -> None:
+    def launch_pointers(self, addresses, stream=None) -> None:
+        """Run on the calling thread; ``stream`` has no meaning on the CPU (work is done on
+        return)."""
         self._run(*[a + o for a, o in zip(addresses, self._origins)])
 
 
