@@ -98,7 +98,7 @@ def from_numpy(dt) -> DType:
     """The DType of a NumPy dtype (or anything ``np.dtype`` accepts)."""
     try:
         return _FROM_NUMPY[np.dtype(dt)]
-    except (KeyError, TypeError) as e:
+    except Exception as e:  # noqa: BLE001 - np.dtype('01') is a SyntaxError, '0:' a ValueError
         raise InfiniError(Status.BAD_TENSOR_DTYPE, f"NumPy dtype {dt!r} has no infiniop DType") from e
 
 

@@ -65,9 +65,10 @@ class TensorDescriptor:
                     Status.BAD_TENSOR_STRIDES,
                     f"strides {st} has {len(st)} entries but shape {shp} has {len(shp)} dims",
                 )
-            if any(abs(s) * dt.itemsize > _INT64_MAX for s in st):  # kernels hold them in int64
-                raise InfiniError(Status.BAD_TENSOR_STRIDES,
-                                  f"strides {st} do not fit 2**63 bytes")
+        # kernels hold strides in int64; default strides too (an empty (0, 2**62, 2**62) has one
+        # of 2**124 elements), so that TensorDescriptor(d.dtype, d.shape, d.strides) == d
+        if any(abs(s) * dt.itemsize > _INT64_MAX for s in st):
+            raise InfiniError(Status.BAD_TENSOR_STRIDES, f"strides {st} do not fit 2**63 bytes")
         numel = prod(shp)
         if numel * dt.itemsize > _INT64_MAX:
             raise InfiniError(Status.BAD_TENSOR_SHAPE, f"shape {shp} is larger than 2**63 bytes")
