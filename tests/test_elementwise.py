@@ -1,0 +1,849 @@
+"""The elementwise operators, driven by one table.
+
+Every operator x dtype x layout is compared bit for bit with a NumPy reference: floats are
+computed in float64 and rounded to the storage type through float32 (for +, -, *, / this equals
+the IEEE result in float32, and for fp16/bf16 it is the promised "compute in fp32, round once to
+nearest even"); integers are computed by NumPy in their own type (wrapping). NaN positions are
+compared as NaN, everything else by bits (so -0.0 != 0.0).
+
+Compiling a kernel variant costs ~0.3-1 s on a cold cache, so the full layout matrix runs for a
+few (operator, dtype) pairs per operator; every declared dtype of add/sub/mul/clip runs the basic
+layouts (contiguous, padded, in-place).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from math import prod
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from conftest import CANARY, assert_canary, assert_exact, place, raises
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import infiniop
+from infiniop import DType, Status, TensorDescriptor
+from infiniop.backends.cpu import runtime
+from infiniop.elementwise import functional
+from infiniop.elementwise.spec import REGISTRY
+
+F16, BF16, F32, F64 = DType.F16, DType.BF16, DType.F32, DType.F64
+I8, I16, I32, I64 = DType.I8, DType.I16, DType.I32, DType.I64
+U8, U16, U32, U64 = DType.U8, DType.U16, DType.U32, DType.U64
+FLOATS = (F16, BF16, F32, F64)
+ALL = FLOATS + (I8, I16, I32, I64, U8, U16, U32, U64)
+
+
+# ---------------------------------------------------------------------------------------------
+# The operator table
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    ref: object  # NumPy function on float64 (floats) or native (integers) arrays
+    declared: frozenset  # the dtypes the operator must accept (and no other)
+    dtypes: tuple  # dtypes run contiguous and in-place
+    padded: tuple = ()  # dtypes also run with padded strides
+    full: tuple = ()  # dtypes run on every layout through NumPy arrays and the functional API
+    addr: tuple = ()  # dtypes run on every layout (reduced set if `reduced`) via raw addresses
+    reduced: bool = False
+    fast: tuple | None = None  # dtypes run contiguous through NumPy arrays (default: `dtypes`)
+
+    @property
+    def spec(self):
+        return getattr(infiniop, self.name)
+
+    @property
+    def create(self):
+        return getattr(infiniop, f"create_{self.name}_descriptor")
+
+    @property
+    def arity(self) -> int:
+        return self.spec.arity
+
+    def input_dtype(self, k: int, dtype: DType) -> DType:
+        return DType.BOOL if (self.name == "where" and k == 0) else dtype
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _clip(x, lo, hi):
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+def _relu(x):
+    return np.maximum(x, x.dtype.type(0))
+
+
+SIGNED = (I8, I16, I32, I64)
+OPS = [
+    Op("add", np.add, frozenset(ALL), ALL, padded=(F16, BF16, F32, I32, I64, U8), addr=(BF16,)),
+    Op("sub", np.subtract, frozenset(ALL), ALL, padded=(F16, BF16, U16), full=(F32,),
+       addr=(F16,)),
+    Op("mul", np.multiply, frozenset(ALL), ALL, padded=(F16, BF16, F32, U32), addr=(I8,),
+       fast=(F16, BF16, F32, I32)),
+    Op("clip", _clip, frozenset(ALL), ALL, padded=(F64, I8), addr=(F32,),
+       fast=(F16, BF16, F32, U8)),
+    Op("div", np.divide, frozenset(FLOATS), FLOATS, addr=(F32,), reduced=True),
+    Op("maximum", np.maximum, frozenset(ALL), (F16, F64, I32, U8), addr=(F32,), reduced=True),
+    Op("minimum", np.minimum, frozenset(ALL), (BF16, F32, I64, U32), addr=(F64,), reduced=True),
+    Op("neg", np.negative, frozenset(ALL), (F16, BF16, F64, I8, U32, U64), addr=(F32,),
+       reduced=True),
+    Op("abs", np.abs, frozenset(FLOATS + SIGNED), (F16, F64, I8, I64), addr=(F32,),
+       reduced=True),
+    Op("relu", _relu, frozenset(FLOATS + SIGNED), (BF16, F64, I16), addr=(F32,), reduced=True),
+    Op("where", np.where, frozenset(ALL), (F16, BF16, I8, U64), addr=(F32,), reduced=True),
+]
+OP = {op.name: op for op in OPS}
+
+
+def test_table_matches_library(handle):
+    """Each operator accepts exactly the dtypes the table declares (checked through create)."""
+    for op in OPS:
+        for dt in ALL:
+            out = TensorDescriptor(dt, (2,))
+            ins = [TensorDescriptor(op.input_dtype(k, dt), (2,)) for k in range(op.arity)]
+            if dt in op.declared:
+                op.create(handle, out, *ins).destroy()
+            else:
+                raises(Status.BAD_TENSOR_DTYPE, op.create, handle, out, *ins)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and reference
+# ---------------------------------------------------------------------------------------------
+
+
+def draw(rng, dtype: DType, shape) -> np.ndarray:
+    """Values that stress the operator: for floats NaN, +-inf, +-0, extremes, subnormals,
+    random bit patterns and moderate values; for integers the full range (overflow) and edges."""
+    n, npdt = prod(shape), dtype.numpy
+    if dtype is DType.BOOL:
+        return rng.random(shape) < 0.5
+    raw = np.frombuffer(rng.bytes(n * npdt.itemsize), npdt)
+    if dtype.is_float:
+        fi = ml_dtypes.finfo(npdt)
+        specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, 3.0,
+                             float(fi.max), -float(fi.max), float(fi.smallest_subnormal),
+                             -float(fi.smallest_normal)])
+        with np.errstate(all="ignore"):
+            moderate = (rng.standard_normal(n) * 4.0 ** rng.integers(-4, 5, n)).astype(npdt)
+            special = specials[rng.integers(0, len(specials), n)].astype(npdt)
+        pick = rng.integers(0, 8, n)
+        vals = np.where(pick < 4, moderate, np.where(pick < 6, raw, special))
+    else:
+        ii = np.iinfo(npdt)
+        edges = np.array([ii.min, ii.max, 0, 1, ii.max - 1, ii.min + 1], dtype=npdt)
+        small = rng.integers(-20, 21, n).astype(npdt)
+        pick = rng.integers(0, 6, n)
+        vals = np.where(pick < 2, raw, np.where(pick < 4, small, edges[rng.integers(0, 6, n)]))
+    return vals.astype(npdt).reshape(shape).copy()
+
+
+def reference(op: Op, dtype: DType, inputs) -> np.ndarray:
+    """The promised result, from the logical (broadcast) inputs."""
+    npdt = dtype.numpy
+    with np.errstate(all="ignore"):
+        if dtype.is_float:
+            xs = [x if x.dtype == bool else x.astype(np.float64) for x in inputs]
+            r = np.asarray(op.ref(*xs), dtype=np.float64)
+            if dtype is not F64:
+                r = r.astype(np.float32)
+            return r.astype(npdt)
+        return np.asarray(op.ref(*inputs)).astype(npdt)
+
+
+def canary_array(shape, dtype: DType) -> np.ndarray:
+    npdt = dtype.numpy
+    return np.full(prod(shape) * npdt.itemsize, CANARY, np.uint8).view(npdt).reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts
+# ---------------------------------------------------------------------------------------------
+
+PLACES = {  # dense placements (see conftest.place)
+    "dense": {}, "padded": {"pad": 3}, "transposed": {"perm": "rev"},
+    "negative": {"flip": True}, "steps": {"steps": (2, 3)},
+    "mixed": {"perm": "rev", "steps": (3, 2), "flip": True},
+}
+
+
+def _place(values, mode):
+    kw = dict(PLACES[mode])
+    if kw.get("perm") == "rev":
+        kw["perm"] = tuple(reversed(range(values.ndim)))
+    if "steps" in kw:
+        kw["steps"] = (kw["steps"] * values.ndim)[:values.ndim]
+    return place(values, **kw)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Output shape, a mode per input (default 'dense'), the output's placement, in-place."""
+
+    name: str
+    shape: tuple = (5, 7)
+    ins: tuple = ()
+    out: str = "dense"
+    inplace: int | None = None
+
+    def mode(self, k: int) -> str:
+        return self.ins[k] if k < len(self.ins) else "dense"
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _at(k: int, mode: str) -> tuple:
+    return ("dense",) * k + (mode,)
+
+
+def layouts(op: Op) -> list[Layout]:
+    r = op.arity
+    pinned = {0} if op.name == "where" else set()
+    L = [Layout("contiguous"), Layout("padded", ins=("padded",) * r, out="padded")]
+    L += [Layout(f"inplace_{k}", inplace=k) for k in range(r) if k not in pinned]
+    for k in range(r):
+        L += [
+            Layout(f"zero_stride_{k}", ins=_at(k, "zero0" if k % 2 == 0 else "zero1")),
+            Layout(f"numpy_broadcast_{k}", ins=_at(k, "np_lead" if k % 2 == 0 else "np_col")),
+            Layout(f"transposed_{k}", ins=_at(k, "transposed")),
+            Layout(f"negative_{k}", ins=_at(k, "negative")),
+        ]
+    return L + [
+        Layout("all_scalar", ins=("zero_all",) * r),
+        Layout("numpy_outer", ins=("np_col", "np_row", "np_lead")[:r]),
+        Layout("strided_out", out="steps"),
+        Layout("transposed_out", out="transposed"),
+        Layout("negative_out", out="negative"),
+        Layout("negative_all", ins=("negative",) * r, out="negative"),
+        Layout("mixed", ins=("mixed", "zero1", "transposed")[:r], out="mixed"),
+        Layout("strided_inplace", ins=_at(r - 1, "mixed"), inplace=r - 1, out="mixed"),
+        Layout("zero_d", shape=()),
+        Layout("empty", shape=(0, 7)),
+        Layout("empty_inner", shape=(5, 0)),
+        Layout("size1_dims", shape=(1, 7, 1), ins=("padded",) * r, out="padded"),
+    ]
+
+
+def reduced_layouts(op: Op) -> set[str]:
+    """The layouts run for the `reduced` operators: one of each kernel kind."""
+    first_inplace = 1 if op.name == "where" else 0
+    return {"contiguous", f"inplace_{first_inplace}", "mixed", f"zero_stride_{op.arity - 1}",
+            "zero_d", "empty"}
+
+
+def build_input(rng, dtype: DType, shape, mode: str):
+    """(view handed to the library, logical values as the output's shape)."""
+    nd = len(shape)
+    if mode.startswith("zero"):  # InfiniCore style: same shape, 0 strides
+        src = [1 if (mode == "zero_all" or d == int(mode[-1])) else n for d, n in enumerate(shape)]
+        view = np.broadcast_to(draw(rng, dtype, tuple(src)), shape)
+    elif mode.startswith("np_"):  # NumPy style: size-1 dims, fewer leading dims
+        src = {"np_lead": shape[1:], "np_col": shape[:-1] + (1,),
+               "np_row": (1,) * (nd - 1) + shape[-1:]}[mode]
+        view = draw(rng, dtype, src)
+    else:
+        view = _place(draw(rng, dtype, shape), mode)[0]
+    return view, np.broadcast_to(np.array(view), shape)
+
+
+def build(rng, op: Op, dtype: DType, lay: Layout):
+    shape = lay.shape
+    views, logical = [], []
+    for k in range(op.arity):
+        v, lg = build_input(rng, op.input_dtype(k, dtype), shape, lay.mode(k))
+        views.append(v)
+        logical.append(lg)
+    if lay.inplace is not None:
+        out, buf, covered = views[lay.inplace], None, None
+    else:
+        out, buf, covered = _place(canary_array(shape, dtype), lay.out)
+    return out, views, reference(op, dtype, logical), buf, covered
+
+
+def run_descriptor(handle, op: Op, out, ins, *, addresses=False):
+    """create + calculate through the public descriptor API (buffers as arrays or addresses)."""
+    descs = [TensorDescriptor.from_array(x) for x in (out, *ins)]
+    create = op.create if isinstance(op, Op) else op.create_descriptor
+    with create(handle, *descs) as d:
+        assert d.workspace_size == 0
+        if addresses:
+            d.calculate(None, out.ctypes.data, *[x.ctypes.data for x in ins])
+        else:
+            d.calculate(None, out, *ins)
+        return d
+
+
+def _cases():
+    """Every layout for the ``full`` dtypes (NumPy arrays: the compiled fast path, and the
+    functional front end) and the ``addr`` dtypes (raw addresses; the reduced set for the
+    `reduced` operators); contiguous and in-place for every dtype in ``dtypes`` (NumPy arrays,
+    raw addresses for the `reduced` operators); padded for the ``padded`` dtypes. Each new NumPy
+    array signature costs a compile of the checked launcher (~0.3 s), the raw-address path only
+    compiles the kernel itself."""
+    for op in OPS:
+        every, reduced = layouts(op), reduced_layouts(op)
+        basic = {"contiguous", min(n for n in reduced if n.startswith("inplace"))}
+        for dt in dict.fromkeys(op.dtypes + op.padded + op.full + op.addr):
+            for lay in every:
+                if dt in op.full:
+                    via = "arrays"
+                elif dt in op.addr and (not op.reduced or lay.name in reduced):
+                    via = "addresses"
+                elif dt in op.dtypes and lay.name in basic:
+                    fast = not op.reduced and (op.fast is None or dt in op.fast)
+                    via = "arrays" if fast else "addresses"
+                elif dt in op.padded and lay.name == "padded":
+                    via = "addresses"
+                else:
+                    continue
+                yield pytest.param(op, dt, lay, via,
+                                   id=f"{op.name}-{dt.short_name}-{lay.name}-{via}")
+
+
+@pytest.mark.parametrize("op, dtype, lay, via", list(_cases()))
+def test_operator(handle, op, dtype, lay, via):
+    rng = np.random.default_rng(zlib.crc32(f"{op.name}-{dtype.short_name}-{lay.name}".encode()))
+    out, ins, want, buf, covered = build(rng, op, dtype, lay)
+    run_descriptor(handle, op, out, ins, addresses=via == "addresses")
+    assert_exact(out, want)
+    if buf is not None:
+        assert_canary(buf, covered)
+    if lay.inplace is None and via == "arrays":  # the functional front end on the same layout
+        out2, buf2, covered2 = _place(canary_array(lay.shape, dtype), lay.out)
+        res = op.spec(*ins, out=out2)
+        assert res is out2
+        assert_exact(out2, want)
+        assert_canary(buf2, covered2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Promised values, spelled out (2-D C-contiguous arrays: the signature test_operator compiled)
+# ---------------------------------------------------------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+CLIP_ROWS = [  # x, min, max, expected = minimum(maximum(x, min), max)
+    (0.5, 0.0, 1.0, 0.5), (-3.0, 0.0, 1.0, 0.0), (3.0, 0.0, 1.0, 1.0),
+    (NAN, 0.0, 1.0, NAN), (0.5, NAN, 1.0, NAN), (0.5, 0.0, NAN, NAN),
+    (5.0, 3.0, 1.0, 1.0), (-5.0, 3.0, 1.0, 1.0), (2.0, 3.0, 1.0, 1.0),  # min > max gives max
+    (NAN, 3.0, 1.0, NAN), (INF, 0.0, 1.0, 1.0), (-INF, 0.0, 1.0, 0.0),
+    (2.0, -INF, INF, 2.0), (INF, -INF, INF, INF), (0.0, 0.0, 0.0, 0.0),
+]
+
+
+def call(name: str, *arrays) -> np.ndarray:
+    """The operator through create + calculate with raw addresses (no launcher compile)."""
+    h = infiniop.create_handle("cpu")
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    out = canary_array(shape, TensorDescriptor.from_array(arrays[-1]).dtype)
+    run_descriptor(h, OP[name], out, list(arrays), addresses=True)
+    return out
+
+
+def row(values, dtype: DType) -> np.ndarray:
+    """A (1, n) C-contiguous array."""
+    return np.array(values, dtype=np.float64 if dtype.is_float else object).astype(
+        dtype.numpy).reshape(1, -1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_clip_nan_and_min_above_max(handle, dtype):
+    x, lo, hi, want = (row(c, dtype) for c in zip(*CLIP_ROWS))
+    assert_exact(call("clip", x, lo, hi), want)
+    above = np.where(np.isnan(x.astype(np.float32)), x, dtype.numpy.type(1.0))  # min 3 > max 1
+    # Python scalar bounds in the functional form
+    assert_exact(infiniop.clip(x, 3.0, 1.0), above)
+    # InfiniCore form: min/max one-element buffers described with all-zero strides
+    d = TensorDescriptor(dtype, x.shape)
+    z = TensorDescriptor(dtype, x.shape, (0, 0))
+    y = canary_array(x.shape, dtype)
+    lo1, hi1 = np.array([3.0], dtype.numpy), np.array([1.0], dtype.numpy)
+    with infiniop.create_clip_descriptor(handle, d, d, z, z) as desc:
+        desc.calculate(None, y.ctypes.data, x.ctypes.data, lo1.ctypes.data, hi1.ctypes.data)
+    assert_exact(y, above)
+
+
+def test_signed_zero_follows_numpy():
+    # With equal operands NumPy's maximum/minimum return the second one; clip follows.
+    x = row([-0.0, 0.0, -0.0, 0.0], F32)
+    lo = row([0.0, -0.0, -0.0, 0.0], F32)
+    assert_exact(infiniop.clip(x, lo, lo), _clip(x, lo, lo))
+    assert_exact(infiniop.clip(x, lo, lo), lo)
+    assert_exact(call("maximum", x.astype(np.float16), lo.astype(np.float16)),
+                 np.maximum(x, lo).astype(np.float16))
+    assert_exact(call("minimum", x, lo), np.minimum(x, lo))
+    assert_exact(call("relu", row([-0.0, 0.0], F64)), row([0.0, 0.0], F64))
+
+
+@pytest.mark.parametrize("name, dtype", [("maximum", F16), ("maximum", F64),
+                                         ("minimum", BF16), ("minimum", F32)], ids=str)
+def test_extrema_propagate_nan(name, dtype):
+    a = row([NAN, 1.0, NAN, -INF, 2.0, INF], dtype)
+    b = row([1.0, NAN, NAN, NAN, 3.0, -INF], dtype)
+    r = call(name, a, b)
+    assert np.isnan(r[0, :4].astype(np.float32)).all()
+    assert r[0, 4:].astype(np.float64).tolist() == ([3.0, INF] if name == "maximum"
+                                                    else [2.0, -INF])
+
+
+@pytest.mark.parametrize("name, dtype, a, b, want", [
+    ("add", I8, 127, 1, -128), ("add", U8, 255, 1, 0), ("sub", U8, 0, 1, 255),
+    ("sub", I8, -128, 1, 127), ("mul", I16, 256, 256, 0), ("mul", I32, 65536, 65536, 0),
+    ("mul", I32, 46341, 46341, -2147479015), ("add", I64, 2**63 - 1, 1, -2**63),
+    ("sub", U64, 0, 1, 2**64 - 1), ("mul", U64, 2**63, 2, 0), ("mul", U32, 2**31 + 1, 3, 2**31 + 3),
+    ("add", U16, 65535, 65535, 65534), ("sub", I16, -32768, 32767, 1),
+    ("mul", I64, 2**62 + 3, 4, 12), ("mul", U64, 2**64 - 1, 2**64 - 1, 1),
+    ("maximum", I32, -2**31, 2**31 - 1, 2**31 - 1), ("minimum", I64, -2**63, 2**63 - 1, -2**63),
+    ("minimum", U32, 2**32 - 1, 0, 0), ("maximum", U8, 255, 0, 255),
+])
+def test_integer_arithmetic_wraps_like_numpy(name, dtype, a, b, want):
+    x, y = row([a, b], dtype), row([b, a], dtype)
+    r = getattr(infiniop, name)(x, y) if name in ("add", "sub", "mul") else call(name, x, y)
+    assert r.dtype == dtype.numpy and int(r[0, 0]) == want
+    npname = {"add": "add", "sub": "subtract", "mul": "multiply"}.get(name, name)
+    assert_exact(r, getattr(np, npname)(x, y))
+
+
+@pytest.mark.parametrize("dtype", [I8, I16, I32, I64, U8, U64], ids=str)
+def test_clip_integer_extremes(dtype):
+    ii = np.iinfo(dtype.numpy)
+    x = row([ii.min, ii.max, 0, ii.min, ii.max], dtype)
+    lo = row([ii.min + 1, ii.min, ii.max, ii.max, 5], dtype)
+    hi = row([ii.max, ii.max - 1, ii.min, ii.min, 3], dtype)  # the last three: min > max
+    assert_exact(call("clip", x, lo, hi), row([ii.min + 1, ii.max - 1, ii.min, ii.min, 3], dtype))
+
+
+@pytest.mark.parametrize("name, dtype", [("neg", I8), ("abs", I8), ("abs", I64),
+                                         ("neg", U32), ("neg", U64)], ids=str)
+def test_neg_abs_wrap(name, dtype):
+    ii = np.iinfo(dtype.numpy)
+    x = row([ii.min, ii.min + 1, 0, 1, ii.max], dtype)
+    r = call(name, x)
+    assert_exact(r, getattr(np, {"neg": "negative"}.get(name, name))(x))
+    if dtype.is_signed_int:
+        assert int(r[0, 0]) == ii.min  # -(-128) wraps to -128, like NumPy
+
+
+def test_fp16_rounds_once_to_nearest_even():
+    h = np.float16
+    a = row([2048, 2048, 65504, 65504, 1, 0.1, -65504], F16)
+    b = row([1, 3, 15, 16, 2.0**-11, 0.2, -16], F16)
+    r = infiniop.add(a, b)
+    # 2049 -> 2048 and 2051 -> 2052 (ties to even), 65519 -> 65504, 65520 -> inf (tie, even),
+    # 1 + 2**-11 -> 1 (tie); truncation would give 2050 and 65504 instead
+    assert r[0, :5].tolist() == [2048, 2052, 65504, INF, 1] and r[0, 6] == -INF
+    assert_exact(r, (a.astype(np.float32) + b.astype(np.float32)).astype(h))
+    third = row([1 / 3] * 3, F16)
+    assert_exact(infiniop.mul(row([3.0] * 3, F16), third),
+                 (np.float32(3.0) * third.astype(np.float32)).astype(h))
+
+
+def test_bf16_rounds_once_to_nearest_even():
+    bf = ml_dtypes.bfloat16
+    a = row([1.0, 1.0, 1.0, 1.0, 3.3e38, NAN, -NAN, INF], BF16)
+    b = row([2.0**-8, 3 * 2.0**-8, -(2.0**-9), 2.0**-7, 3.3e38, 1.0, 1.0, INF], BF16)
+    r = infiniop.sub(a, -b.astype(np.float32).astype(bf))  # a + b through sub
+    want = (a.astype(np.float32) + b.astype(np.float32)).astype(bf)
+    assert_exact(r, want)
+    f = r.astype(np.float32)[0]
+    assert f[:3].tolist() == [1.0, 1.0 + 2.0**-6, 1.0]  # ties to even
+    assert f[4] == INF and np.isnan(f[5:7]).all() and f[7] == INF
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_float_special_values(dtype):
+    """Every pair of NaN, +-inf, +-0, +-1 through every operator tested on this dtype."""
+    v = np.array([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0], np.float64)
+    a = np.repeat(v, v.size).reshape(v.size, v.size).astype(dtype.numpy)
+    b = np.tile(v, v.size).reshape(v.size, v.size).astype(dtype.numpy)
+    c = np.arange(a.size).reshape(a.shape) % 3 == 0
+    ran = 0
+    for op in OPS:
+        if dtype not in op.dtypes:
+            continue
+        ran += 1
+        args = {1: (a,), 2: (a, b), 3: (c, a, b) if op.name == "where" else (a, b, b.T.copy())}
+        args = args[op.arity]
+        assert_exact(call(op.name, *args), reference(op, dtype, args))
+    assert ran >= 6
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout invariance (hypothesis): any strided call == the contiguous call, bit for bit
+# ---------------------------------------------------------------------------------------------
+
+
+@st.composite
+def random_layout(draw_, arity):
+    shape = tuple(draw_(st.lists(st.integers(1, 6), min_size=0, max_size=3)))
+    nd = len(shape)
+
+    def dense():
+        return {"perm": tuple(draw_(st.permutations(range(nd)))),
+                "steps": tuple(draw_(st.lists(st.integers(1, 3), min_size=nd, max_size=nd))),
+                "pad": draw_(st.integers(0, 2)), "flip": draw_(st.booleans())}
+
+    ins = []
+    for k in range(arity):  # input 0 keeps the full shape: the output shape is `shape`
+        kind = draw_(st.sampled_from(["dense", "zero"] + (["numpy"] if k else [])))
+        mask = tuple(draw_(st.lists(st.booleans(), min_size=nd, max_size=nd)))
+        lead = draw_(st.integers(0, nd))
+        ins.append((kind, dense(), mask, lead))
+    return shape, ins, dense(), draw_(st.sampled_from([None] + list(range(arity))))
+
+
+def _build_random(rng, op, dtype, layout):
+    shape, ins_spec, out_kw, inplace = layout
+    views, logical = [], []
+    for k, (kind, kw, mask, lead) in enumerate(ins_spec):
+        dt = op.input_dtype(k, dtype)
+        small = tuple(1 if m else n for m, n in zip(mask, shape))
+        if kind == "zero":  # InfiniCore style
+            v = np.broadcast_to(draw(rng, dt, small), shape)
+        elif kind == "numpy":  # size-1 dims and `lead` missing leading dims, placed strided
+            kw = {"perm": [p - lead for p in kw["perm"] if p >= lead], "steps": kw["steps"][lead:],
+                  "pad": kw["pad"], "flip": kw["flip"]}
+            v = place(draw(rng, dt, small[lead:]), **kw)[0]
+        else:
+            v = place(draw(rng, dt, shape), **kw)[0]
+        views.append(v)
+        logical.append(np.broadcast_to(np.array(v), shape))
+    if inplace is not None and ins_spec[inplace][0] == "dense" and op.input_dtype(inplace, dtype) \
+            is dtype:
+        return views[inplace], views, logical, None, None
+    out, buf, covered = place(canary_array(shape, dtype), **out_kw)
+    return out, views, logical, buf, covered
+
+
+@pytest.mark.parametrize("op, dtype, via", [(OP["sub"], F16, "addresses"),
+                                          (OP["clip"], F32, "addresses")], ids=str)
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_layouts_match_contiguous(handle, op, dtype, via, data):
+    layout = data.draw(random_layout(op.arity))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    out, views, logical, buf, covered = _build_random(rng, op, dtype, layout)
+    contiguous = [np.array(x, order="C") for x in logical]
+    want = canary_array(out.shape, dtype)
+    run_descriptor(handle, op, want, contiguous, addresses=via == "addresses")
+    run_descriptor(handle, op, out, views, addresses=via == "addresses")
+    assert_exact(out, want)  # bit-identical to the contiguous call
+    assert_exact(out, reference(op, dtype, logical))
+    if buf is not None:
+        assert_canary(buf, covered)
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffer kinds: NumPy fast path, torch, raw addresses, DLPack-only and array-interface objects
+# ---------------------------------------------------------------------------------------------
+
+
+class DLPackOnly:
+    """Exposes nothing but the DLPack protocol."""
+
+    def __init__(self, x):
+        self._x = x
+
+    def __dlpack__(self, **kw):
+        return self._x.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._x.__dlpack_device__()
+
+
+class ArrayInterfaceOnly:
+    def __init__(self, a):
+        self._a = a
+        self.__array_interface__ = a.__array_interface__
+
+
+def _torch(a: np.ndarray):
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16, I64], ids=str)
+def test_torch_tensors(handle, dtype):
+    rng = np.random.default_rng(1)
+    a, b = draw(rng, dtype, (6, 5)), draw(rng, dtype, (5,))
+    want = reference(OP["sub"], dtype, [a, np.broadcast_to(b, (6, 5))])
+    ta, tb = _torch(a), _torch(b)
+    # functional: returns a torch tensor of the right dtype
+    r = infiniop.sub(ta, tb)
+    assert isinstance(r, torch.Tensor) and r.dtype == ta.dtype and tuple(r.shape) == (6, 5)
+    assert_exact(r, want)
+    # descriptor: transposed torch views, an expanded (0-stride) input, a strided output
+    tt = _torch(np.ascontiguousarray(a.T)).t()
+    te = tb.expand(6, 5)
+    out = _torch(canary_array((6, 10), dtype))[:, ::2]
+    run_descriptor(handle, OP["sub"], out, [tt, te])
+    assert_exact(out, want)
+    # mixed: NumPy output, torch inputs
+    out_np = canary_array((6, 5), dtype)
+    infiniop.sub(ta, b, out=out_np)
+    assert_exact(out_np, want)
+    # torch out=, numpy inputs
+    t_out = _torch(canary_array((6, 5), dtype))
+    assert infiniop.sub(a, b, out=t_out) is t_out
+    assert_exact(t_out, want)
+
+
+def test_torch_clip_scalars_bf16():
+    x = torch.tensor([-2.0, 0.25, 3.0, float("nan")], dtype=torch.bfloat16)
+    r = infiniop.clip(x, -1.0, 1.0)
+    assert isinstance(r, torch.Tensor) and r.dtype == torch.bfloat16
+    assert_exact(r, np.array([-1.0, 0.25, 1.0, NAN], np.float32).astype(ml_dtypes.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [F16], ids=str)
+def test_raw_addresses(handle, dtype):
+    rng = np.random.default_rng(2)
+    a = draw(rng, dtype, (4, 9))
+    b = draw(rng, dtype, (9, 4)).T  # transposed
+    out, buf, covered = place(canary_array((4, 9), dtype), flip=True, pad=2)  # negative strides
+    want = reference(OP["add"], dtype, [a, b])
+    descs = [TensorDescriptor.from_array(x) for x in (out, a, b)]
+    with infiniop.create_add_descriptor(handle, *descs) as d:
+        d.calculate(None, out.ctypes.data, a.ctypes.data, b.ctypes.data)
+    assert_exact(out, want)
+    assert_canary(buf, covered)
+    # in-place through addresses (the input described exactly like the output)
+    with infiniop.create_add_descriptor(handle, descs[0], descs[0], descs[2]) as d:
+        d.calculate(None, out.ctypes.data, out.ctypes.data, b.ctypes.data)
+    assert_exact(out, reference(OP["add"], dtype, [want, b]))
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+def test_dlpack_and_array_interface_objects(handle, dtype):
+    rng = np.random.default_rng(3)
+    x, lo, hi = (draw(rng, dtype, (3, 8)) for _ in range(3))
+    want = reference(OP["clip"], dtype, [x, lo, hi])
+    out = _torch(canary_array((3, 8), dtype))
+    descs = [TensorDescriptor(dtype, (3, 8))] * 4
+    with infiniop.create_clip_descriptor(handle, *descs) as d:
+        ins = [DLPackOnly(_torch(x)), DLPackOnly(lo) if dtype is F32 else _torch(lo),
+               ArrayInterfaceOnly(hi) if dtype is F32 else DLPackOnly(_torch(hi))]
+        d.calculate(None, DLPackOnly(out), *ins)
+    assert_exact(out, want)
+    if dtype is F32:  # the functional form reads them too
+        assert_exact(infiniop.clip(DLPackOnly(x), lo, ArrayInterfaceOnly(hi)), want)
+
+
+def test_readonly_inputs_are_fine():
+    a = np.arange(6, dtype=np.float32)
+    a.setflags(write=False)
+    assert_exact(infiniop.mul(a, a), a * a)
+
+
+# ---------------------------------------------------------------------------------------------
+# Large calls: parallel threshold, non-temporal stores, misaligned outputs, tiles
+# ---------------------------------------------------------------------------------------------
+
+PAR = runtime.PARALLEL_THRESHOLD
+NT = runtime.NT_THRESHOLD_BYTES
+
+
+def _offset_out(n, dtype: DType, offset: int):
+    """A contiguous output whose first byte is ``offset`` bytes past a 64-byte boundary, inside
+    a canary-filled buffer (returns the output, the buffer and the output's start in it)."""
+    isz = dtype.itemsize
+    raw = np.full(n * isz + 192, CANARY, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    out = raw[start:start + n * isz].view(dtype.numpy)
+    assert out.ctypes.data % 64 == offset
+    return out, raw, start
+
+
+def _check_raw(raw, start, nbytes):
+    assert (raw[:start] == CANARY).all() and (raw[start + nbytes:] == CANARY).all()
+
+
+@pytest.mark.parametrize("dtype, n, offsets", [
+    (F32, PAR + 37, (0,)),  # parallel, below the NT threshold
+    (F32, NT // 4 + 37, (0, 4, 36, 1)),  # NT stores: aligned, peeled heads, odd (unaligned) address
+    (F16, NT // 2 + 11, (2,)),
+], ids=["f32-parallel", "f32-nt", "f16-nt"])
+def test_large_flat(handle, dtype, n, offsets):
+    assert n >= PAR
+    rng = np.random.default_rng(4)
+    a, b = draw(rng, dtype, (n,)), draw(rng, dtype, (n,))
+    want = reference(OP["sub"], dtype, [a, b])
+    for off in offsets:
+        out, raw, start = _offset_out(n, dtype, off)
+        if off == 36:  # through addresses too
+            d = TensorDescriptor(dtype, (n,))
+            with infiniop.create_sub_descriptor(handle, d, d, d) as desc:
+                desc.calculate(None, out.ctypes.data, a.ctypes.data, b.ctypes.data)
+        else:
+            infiniop.sub(a, b, out=out)
+        assert_exact(out, want)
+        _check_raw(raw, start, n * dtype.itemsize)
+    if dtype is F32 and n * 4 >= NT:  # in-place with a broadcast scalar at the same size
+        c = a.copy()
+        infiniop.sub(c, b[:1], out=c)
+        assert_exact(c, reference(OP["sub"], dtype, [a, np.broadcast_to(b[:1], (n,))]))
+
+
+def test_large_rows_broadcast_and_chunks(handle):
+    """Strided kind, parallel, NT rows: many rows with a broadcast row input; then two long
+    rows split into chunks (each chunk starts misaligned)."""
+    rng = np.random.default_rng(5)
+    for shape in [(1100, 1000), (2, NT // 8 + 4096 + 3)]:
+        assert prod(shape) >= PAR and prod(shape) * 4 >= NT
+        a, b = draw(rng, F32, shape), draw(rng, F32, shape[1:])
+        want = reference(OP["add"], F32, [a, np.broadcast_to(b, shape)])
+        out, raw, start = _offset_out(prod(shape), F32, 8)
+        out = out.reshape(shape)
+        infiniop.add(a, b, out=out)
+        assert_exact(out, want)
+        _check_raw(raw, start, out.nbytes)
+
+
+def test_large_transposed_and_strided_output(handle):
+    rng = np.random.default_rng(6)
+    shape = (700, 401)  # tiles do not divide either extent
+    assert prod(shape) >= PAR
+    a = draw(rng, F32, shape[::-1]).T
+    b = draw(rng, F32, shape)
+    want = reference(OP["mul"], F32, [a, b])
+    out = canary_array(shape, F32)
+    run_descriptor(handle, OP["mul"], out, [a, b])
+    assert_exact(out, want)
+    # a strided output (every other column) over the parallel threshold, via addresses
+    big, buf, covered = place(canary_array(shape, F32), steps=(1, 2))
+    run_descriptor(handle, OP["mul"], big, [a, b], addresses=True)
+    assert_exact(big, want)
+    assert_canary(buf, covered)
+
+
+# ---------------------------------------------------------------------------------------------
+# User-defined operators
+# ---------------------------------------------------------------------------------------------
+
+AXPBY = infiniop.elementwise(
+    "test_axpby_where", ("x", "y", "z"), infiniop.FLOATS,
+    lambda m, x, y, z: m.where(x > y, 2 * x + z, m.abs(y) - 1.5), register=False)
+MULSUB = infiniop.elementwise("test_mulsub", ("a", "b"), infiniop.INTEGERS,
+                              lambda m, a, b: a * 3 - b, register=False)
+
+
+def _axpby_ref(x, y, z, ct):
+    x, y, z = (v.astype(ct) for v in (x, y, z))
+    with np.errstate(all="ignore"):
+        return np.where(x > y, ct(2) * x + z, np.abs(y) - ct(1.5))
+
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=str)
+def test_user_defined_operator(handle, dtype):
+    rng = np.random.default_rng(7)
+    x = draw(rng, dtype, (4, 6))
+    y = draw(rng, dtype, (6,))  # NumPy broadcast
+    z = draw(rng, dtype, (4, 1))
+    want = _axpby_ref(x, np.broadcast_to(y, (4, 6)), np.broadcast_to(z, (4, 6)), np.float32)
+    want = want.astype(dtype.numpy)
+    assert_exact(AXPBY(x, y, z), want)  # functional
+    out = canary_array((6, 4), dtype).T  # transposed output through the descriptor
+    descs = [TensorDescriptor.from_array(v) for v in (out, x, y, z)]
+    with AXPBY.create_descriptor(handle, *descs) as d:
+        d.calculate(None, out.ctypes.data, x.ctypes.data, y.ctypes.data, z.ctypes.data)
+    assert_exact(out, want)
+    out2 = _torch(canary_array((4, 6), dtype))
+    AXPBY(_torch(x), _torch(y), _torch(z), out=out2)  # torch through the functional form
+    assert_exact(out2, want)
+    assert AXPBY.arity == 3 and AXPBY.inputs == ("x", "y", "z")
+    assert "test_axpby_where" not in REGISTRY  # register=False
+
+
+def test_user_defined_integer_operator_wraps(handle):
+    rng = np.random.default_rng(8)
+    for dtype in (I8, U32, I64, U64):
+        a, b = draw(rng, dtype, (33,)), draw(rng, dtype, (33,))
+        with np.errstate(all="ignore"):
+            want = (a * dtype.numpy.type(3) - b).astype(dtype.numpy)
+        out = canary_array((33,), dtype)
+        run_descriptor(handle, MULSUB, out, [a, b], addresses=True)
+        assert_exact(out, want)
+
+
+def test_user_defined_operator_rejects_other_dtypes(handle):
+    d = TensorDescriptor(I32, (3,))
+    raises(Status.BAD_TENSOR_DTYPE, AXPBY.create_descriptor, handle, d, d, d, d)
+    raises(Status.BAD_TENSOR_DTYPE, AXPBY, *(np.ones(3, np.int32),) * 3)
+    raises(Status.BAD_TENSOR_DTYPE, MULSUB.create_descriptor, handle,
+           *(TensorDescriptor(F32, (3,)),) * 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The functional front end: return types and the descriptor cache
+# ---------------------------------------------------------------------------------------------
+
+
+def test_functional_allocates_broadcast_shape():
+    a = np.arange(4, dtype=np.float32)
+    b = np.arange(12, dtype=np.float32).reshape(3, 4)
+    r = infiniop.sub(a, b)  # NumPy broadcast: the result has the broadcast shape
+    assert isinstance(r, np.ndarray) and r.shape == (3, 4) and r.dtype == np.float32
+    assert r.flags.c_contiguous
+    assert_exact(r, a - b)
+    s = infiniop.sub(np.array(2.5, np.float32), np.array(1.0, np.float32))  # 0-d
+    assert s.shape == () and float(s) == 1.5
+    e = infiniop.add(np.ones((0, 4), np.int16), np.ones(4, np.int16))
+    assert e.shape == (0, 4) and e.dtype == np.int16
+    w = infiniop.where(np.array([True, False]), np.float32(1), np.zeros(2, np.float32))
+    assert_exact(w, np.array([1, 0], np.float32))
+
+
+def test_functional_cache_hits(monkeypatch):
+    calls = []
+    real = type(infiniop.sub).create_descriptor
+
+    def counting(self, *args):
+        calls.append(self.name)
+        return real(self, *args)
+
+    monkeypatch.setattr(type(infiniop.sub), "create_descriptor", counting)
+    functional.clear_cache()
+    a, b = np.ones((3, 4), np.float32), np.ones((3, 4), np.float32)
+    for _ in range(5):
+        infiniop.sub(a, b)
+        infiniop.sub(a + 1, b * 2)  # same layouts, different data
+    assert calls == ["sub"] and len(functional._cache) == 1
+    infiniop.sub(a.T, b.T)  # new layout
+    infiniop.add(a, b)  # new operator
+    infiniop.sub(a.astype(np.float64), b.astype(np.float64))  # new dtype
+    assert calls == ["sub", "sub", "add", "sub"] and len(functional._cache) == 4
+    infiniop.sub(a, b)
+    assert len(calls) == 4
+
+
+def test_functional_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(functional, "CACHE_SIZE", 2)
+    functional.clear_cache()
+    a = np.ones(8, np.float32)
+    for n in (2, 3, 4, 5):
+        infiniop.add(a[:n], a[:n])
+    assert len(functional._cache) == 2
+    functional.clear_cache()
+    assert len(functional._cache) == 0
+
+
+def test_descriptor_reused_many_times(handle):
+    d = TensorDescriptor(F32, (16,))
+    desc = infiniop.create_mul_descriptor(handle, d, d, d)
+    for i in range(20):
+        a = np.full(16, i, np.float32)
+        out = canary_array((16,), F32)
+        desc.calculate(None, out, a, a)
+        assert_exact(out, a * a)
+    desc.destroy()
+    raises(Status.BAD_PARAM, desc.calculate, None, out, a, a)

@@ -1,0 +1,413 @@
+"""The bad-input matrix of the elementwise operators: each mistake raises InfiniError with its
+exact Status (and a message naming the operand), and nothing is written when it does: every
+output buffer is canary-filled before the call and compared byte for byte after it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import CANARY, raises
+from numpy.lib.stride_tricks import as_strided
+
+import infiniop
+from infiniop import DType, InfiniError, Status, TensorDescriptor
+
+F32, F16, F64, BF16 = DType.F32, DType.F16, DType.F64, DType.BF16
+I8, I32, U8, U32, BOOL = DType.I8, DType.I32, DType.U8, DType.U32, DType.BOOL
+DTYPE, SHAPE, STRIDES = Status.BAD_TENSOR_DTYPE, Status.BAD_TENSOR_SHAPE, Status.BAD_TENSOR_STRIDES
+PARAM, NULL = Status.BAD_PARAM, Status.NULL_POINTER
+
+
+def td(shape, strides=None, dtype=F32):
+    return TensorDescriptor(dtype, shape, strides)
+
+
+def canary(shape, dtype=np.float32) -> np.ndarray:
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.full(n, CANARY, np.uint8).view(dtype).reshape(shape)
+
+
+def untouched(buf) -> bool:
+    raw = buf.view(np.uint8) if isinstance(buf, np.ndarray) else buf.view(torch.uint8).numpy()
+    return bool((raw == CANARY).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# create: dtype, shape and stride errors
+# ---------------------------------------------------------------------------------------------
+
+S = (3, 4)
+CREATE_ERRORS = [  # id, operator, out descriptor, input descriptors, status, operand named
+    # dtypes: output dtype not supported by the operator
+    ("div-int", "div", td(S, dtype=I32), [td(S, dtype=I32)] * 2, DTYPE, "out"),
+    ("abs-unsigned", "abs", td(S, dtype=U8), [td(S, dtype=U8)], DTYPE, "out"),
+    ("relu-unsigned", "relu", td(S, dtype=U32), [td(S, dtype=U32)], DTYPE, "out"),
+    ("sub-bool", "sub", td(S, dtype=BOOL), [td(S, dtype=BOOL)] * 2, DTYPE, "out"),
+    ("add-f8", "add", td(S, dtype=DType.F8), [td(S, dtype=DType.F8)] * 2, DTYPE, "out"),
+    ("where-bool-out", "where", td(S, dtype=BOOL), [td(S, dtype=BOOL)] * 3, DTYPE, "out"),
+    # dtypes: an input differs from the output
+    ("sub-a-f16", "sub", td(S), [td(S, dtype=F16), td(S)], DTYPE, "'a'"),
+    ("sub-b-f64", "sub", td(S), [td(S), td(S, dtype=F64)], DTYPE, "'b'"),
+    ("add-signedness", "add", td(S, dtype=U32), [td(S, dtype=I32)] * 2, DTYPE, "'a'"),
+    ("mul-bf16-f16", "mul", td(S, dtype=BF16), [td(S, dtype=BF16), td(S, dtype=F16)], DTYPE,
+     "'b'"),
+    ("clip-max", "clip", td(S), [td(S), td(S), td(S, dtype=F16)], DTYPE, "'max'"),
+    ("clip-min-int", "clip", td(S, dtype=I8), [td(S, dtype=I8), td(S, dtype=U8), td(S, dtype=I8)],
+     DTYPE, "'min'"),
+    ("where-cond-float", "where", td(S), [td(S), td(S), td(S)], DTYPE, "'cond'"),
+    ("where-a-bool", "where", td(S), [td(S, dtype=BOOL), td(S, dtype=BOOL), td(S)], DTYPE, "'a'"),
+    ("neg-x", "neg", td(S, dtype=I8), [td(S, dtype=U8)], DTYPE, "'x'"),
+    # shapes: the output is not exactly the broadcast shape
+    ("out-transposed-shape", "sub", td((4, 3)), [td(S)] * 2, SHAPE, "out"),
+    ("out-smaller", "sub", td((1, 4)), [td(S)] * 2, SHAPE, "out"),
+    ("out-larger", "sub", td(S), [td((4,)), td((4,))], SHAPE, "out"),
+    ("out-extra-dim", "add", td((2, 3, 4)), [td(S)] * 2, SHAPE, "out"),
+    ("out-0d", "add", td(()), [td((1,)), td(())], SHAPE, ""),
+    ("out-empty", "add", td((0, 4)), [td(S)] * 2, SHAPE, ""),
+    ("clip-out-larger", "clip", td((2, 3, 4)), [td(S), td((1,)), td(())], SHAPE, "out"),
+    # shapes: an input does not broadcast
+    ("b-not-broadcastable", "sub", td(S), [td(S), td((3, 5))], SHAPE, "'b'"),
+    ("a-rows", "sub", td(S), [td((2, 4)), td(S)], SHAPE, "'a'"),
+    ("a-more-dims", "mul", td((4,)), [td((1, 4)), td((4,))], SHAPE, "'a'"),
+    ("a-empty-vs-3", "mul", td(S), [td((0, 4)), td(S)], SHAPE, "'a'"),
+    ("clip-min", "clip", td(S), [td(S), td((4, 1)), td(S)], SHAPE, "'min'"),
+    ("where-cond", "where", td(S), [td((3, 2), dtype=BOOL), td(S), td(S)], SHAPE, "'cond'"),
+    # strides: the output broadcasts or overlaps itself
+    ("out-zero-stride", "sub", td((4,), (0,)), [td((4,))] * 2, STRIDES, "out"),
+    ("out-zero-row-stride", "sub", td(S, (0, 1)), [td(S)] * 2, STRIDES, "out"),
+    ("out-zero-inner-stride", "sub", td(S, (4, 0)), [td(S)] * 2, STRIDES, "out"),
+    # InfiniCore's hasBroadcastDim missed these (it stops at the first size-1 dim)
+    ("out-(1,4)/(4,0)", "sub", td((1, 4), (4, 0)), [td((1, 4))] * 2, STRIDES, "out"),
+    ("out-(4,1,4)/(4,4,0)", "sub", td((4, 1, 4), (4, 4, 0)), [td((4, 1, 4))] * 2, STRIDES, "out"),
+    ("out-(2,1,3)/(3,3,0)", "clip", td((2, 1, 3), (3, 3, 0)), [td((2, 1, 3))] * 3, STRIDES, "out"),
+    ("out-overlap", "sub", td((3, 3), (1, 1)), [td((3, 3))] * 2, STRIDES, "out"),
+    ("out-overlap-2", "add", td((2, 3), (2, 1)), [td((2, 3))] * 2, STRIDES, "out"),
+    ("out-overlap-negative", "add", td((3, 3), (-1, 1)), [td((3, 3))] * 2, STRIDES, "out"),
+    ("out-overlap-3d", "neg", td((2, 2, 2), (2, 1, 1)), [td((2, 2, 2))], STRIDES, "out"),
+]
+
+
+@pytest.mark.parametrize("name, out, ins, status, operand",
+                         [pytest.param(*c[1:], id=c[0]) for c in CREATE_ERRORS])
+def test_create_errors(handle, name, out, ins, status, operand):
+    create = getattr(infiniop, f"create_{name}_descriptor")
+    raises(status, create, handle, out, *ins, match=operand or None)
+
+
+VALID_LAYOUTS = [  # legal corner cases that must not raise (and must compute correctly)
+    ("size1-dim-zero-stride", td((1, 4), (0, 1)), [td((1, 4)), td((1, 4))]),
+    ("size1-inner-zero-stride", td((4, 1), (1, 0)), [td((4, 1)), td((4, 1))]),
+    ("column-major", td((3, 4), (1, 3)), [td(S), td(S)]),
+    ("gaps", td(S, (9, 2)), [td(S), td(S)]),
+    ("negative", td(S, (-4, -1)), [td(S), td(S)]),
+    ("infinicore-broadcast", td(S), [td(S, (0, 0)), td(S, (0, 1))]),
+    ("numpy-broadcast", td(S), [td((3, 1)), td((4,))]),
+    ("scalar-input", td(S), [td(()), td(S, (1, 3))]),
+    ("size1-input", td((1, 1)), [td(()), td((1, 1))]),
+    ("0d", td(()), [td(()), td(())]),
+    ("empty", td((0, 4)), [td((0, 4)), td((4,))]),
+    ("empty-zero-stride-input", td((0, 4)), [td((0, 4), (0, 0)), td((1, 4))]),
+]
+
+
+@pytest.mark.parametrize("out, ins", [pytest.param(*c[1:], id=c[0]) for c in VALID_LAYOUTS])
+def test_create_accepts_legal_layouts(handle, out, ins):
+    rng = np.random.default_rng(0)
+
+    def array(d):  # a buffer holding exactly what the descriptor reaches
+        lo, hi = d.reach
+        base = rng.standard_normal(max(hi - lo + 1, 1)).astype(np.float32)
+        if d.is_empty:
+            return np.empty(d.shape, np.float32)
+        return as_strided(base[-lo:], d.shape, [s * 4 for s in d.strides])
+
+    with infiniop.create_sub_descriptor(handle, out, *ins) as desc:
+        o, a, b = array(out), array(ins[0]), array(ins[1])
+        want = np.subtract(a, b)
+        desc.calculate(None, o.ctypes.data, a, b)  # out as an address (it may be a 0-stride view)
+        np.testing.assert_array_equal(o, want)
+
+
+def test_create_argument_errors(handle):
+    d = td(S)
+    raises(PARAM, infiniop.create_sub_descriptor, handle, d, d)  # one input missing
+    raises(PARAM, infiniop.create_sub_descriptor, handle, d, d, d, d)  # one too many
+    raises(PARAM, infiniop.create_neg_descriptor, handle, d)
+    raises(NULL, infiniop.create_sub_descriptor, None, d, d, d)
+    raises(NULL, infiniop.create_sub_descriptor, handle, None, d, d, match="out")
+    raises(NULL, infiniop.create_sub_descriptor, handle, d, d, None, match="'b'")
+    raises(PARAM, infiniop.create_sub_descriptor, "cpu", d, d, d)
+    raises(PARAM, infiniop.create_sub_descriptor, handle, d, (3, 4), d, match="'a'")
+    raises(PARAM, infiniop.create_sub_descriptor, handle, np.zeros(S, np.float32), d, d)
+
+
+# ---------------------------------------------------------------------------------------------
+# calculate: bad buffers (outputs canary-filled, checked untouched)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sub34(handle):
+    """sub on (3, 4) float32, contiguous everywhere."""
+    return infiniop.create_sub_descriptor(handle, td(S), td(S), td(S))
+
+
+def ok_inputs():
+    return np.ones(S, np.float32), np.full(S, 0.5, np.float32)
+
+
+def test_calculate_succeeds_with_good_buffers(sub34):
+    out = canary(S)
+    a, b = ok_inputs()
+    sub34.calculate(None, out, a, b)
+    assert (out == 0.5).all()
+
+
+@pytest.mark.parametrize("where", ["out", "a", "b"])
+def test_buffer_too_small_at_the_end(handle, where):
+    padded = td(S, (5, 1))  # reaches element 13: needs 14 elements
+    desc = infiniop.create_sub_descriptor(handle, padded, padded, padded)
+    bufs = {"out": canary((14,)), "a": np.ones(14, np.float32), "b": np.ones(14, np.float32)}
+    bufs[where] = canary((13,)) if where == "out" else np.ones(13, np.float32)
+    raises(PARAM, desc.calculate, None, bufs["out"], bufs["a"], bufs["b"], match=f"'{where}'")
+    assert untouched(bufs["out"])
+    # the same through torch tensors
+    t = {k: torch.from_numpy(v) for k, v in bufs.items()}
+    raises(PARAM, desc.calculate, None, t["out"], t["a"], t["b"], match=f"'{where}'")
+    assert untouched(bufs["out"])
+
+
+def test_buffer_too_small_as_a_view_of_a_bigger_buffer(handle):
+    """Bounds are those of the view handed over, not of the memory behind it."""
+    padded = td(S, (5, 1))
+    desc = infiniop.create_sub_descriptor(handle, padded, padded, padded)
+    big = canary((40,))
+    out = big[:13]
+    raises(PARAM, desc.calculate, None, out, np.ones(14, np.float32), np.ones(14, np.float32))
+    assert untouched(big)
+
+
+@pytest.mark.parametrize("where", ["out", "a", "b"])
+def test_buffer_too_small_at_the_start_negative_strides(handle, where):
+    neg = td(S, (-4, -1))  # element 0 is the last in memory: reaches 11 elements before it
+    desc = infiniop.create_sub_descriptor(handle, neg, neg, neg)
+    big = canary((24,))
+    good = {"out": big[11:23][::-1], "a": np.ones(12, np.float32)[::-1],
+            "b": np.ones(12, np.float32)[::-1]}
+    bad = dict(good)
+    bad[where] = big[12:24] if where == "out" else np.ones(12, np.float32)  # starts at element 0
+    raises(PARAM, desc.calculate, None, bad["out"], bad["a"], bad["b"], match=f"'{where}'")
+    assert untouched(big)
+    desc.calculate(None, good["out"], good["a"], good["b"])  # the right view works
+    assert (big[11:23].view(np.float32) == 0).all()
+    assert (big[:11].view(np.uint8) == CANARY).all() and (big[23:].view(np.uint8) == CANARY).all()
+
+
+@pytest.mark.parametrize("where, dtype", [("out", np.float64), ("a", np.int32),
+                                          ("b", np.float16), ("out", np.complex64),
+                                          ("a", np.bool_)])
+def test_wrong_dtype_buffer(sub34, where, dtype):
+    out, (a, b) = canary(S), ok_inputs()
+    bufs = {"out": out, "a": a, "b": b}
+    bufs[where] = np.zeros(S, dtype)
+    raises(DTYPE, sub34.calculate, None, bufs["out"], bufs["a"], bufs["b"], match=f"'{where}'")
+    assert untouched(out)
+    tb = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in bufs.items()}
+    raises(DTYPE, sub34.calculate, None, tb["out"], tb["a"], tb["b"], match=f"'{where}'")
+    assert untouched(out)
+
+
+def test_readonly_output(sub34):
+    out, (a, b) = canary(S), ok_inputs()
+    out.setflags(write=False)
+    raises(PARAM, sub34.calculate, None, out, a, b, match="'out'")
+    assert untouched(out)
+    ro = np.broadcast_to(canary((4,)), S)  # read-only (and broadcast) view
+    raises(PARAM, sub34.calculate, None, ro, a, b, match="'out'")
+    # read-only through the functional form too
+    raises(PARAM, infiniop.sub, a, b, out=out)
+    assert untouched(out)
+
+
+def test_readonly_output_through_dlpack(sub34):
+    src = canary(S)
+    src.setflags(write=False)
+
+    class Wrapped:
+        def __dlpack__(self, **kw):
+            return src.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return src.__dlpack_device__()
+
+    a, b = ok_inputs()
+    raises(PARAM, sub34.calculate, None, Wrapped(), a, b, match="'out'")
+    assert untouched(src)
+
+
+def _shared(n=40):
+    return canary((n,))
+
+
+@pytest.mark.parametrize("case", ["shifted-a", "shifted-b", "transposed", "broadcast-b",
+                                  "clip-max", "reversed"])
+def test_partial_overlap_is_refused(handle, case):
+    buf = _shared()
+    a, b = ok_inputs()
+    if case in ("shifted-a", "shifted-b"):
+        desc = infiniop.create_sub_descriptor(handle, td(S), td(S), td(S))
+        out = buf[1:13].reshape(S)
+        alias = buf[0:12].reshape(S)
+        args = (out, alias, b) if case == "shifted-a" else (out, a, alias)
+        name = "'a'" if case == "shifted-a" else "'b'"
+    elif case == "transposed":  # same memory, different element order
+        desc = infiniop.create_sub_descriptor(handle, td((4, 4), (1, 4)), td((4, 4)), td((4, 4)))
+        out = buf[:16]
+        args, name = (out, buf[:16].reshape(4, 4), np.ones((4, 4), np.float32)), "'a'"
+    elif case == "broadcast-b":  # b (4,) broadcast over rows, stored in out's first row
+        desc = infiniop.create_sub_descriptor(handle, td(S), td(S), td((4,)))
+        out = buf[:12].reshape(S)
+        args, name = (out, a, buf[:4]), "'b'"
+    elif case == "clip-max":
+        desc = infiniop.create_clip_descriptor(handle, td(S), td(S), td(S), td(S))
+        out = buf[2:14].reshape(S)
+        args, name = (out, a, b, buf[:12].reshape(S)), "'max'"
+    else:  # out reversed over the same 12 elements as a
+        desc = infiniop.create_sub_descriptor(handle, td((12,), (-1,)), td((12,)), td((12,)))
+        out = buf[:12][::-1]
+        args, name = (out, buf[:12], np.ones(12, np.float32)), "'a'"
+    raises(PARAM, desc.calculate, None, *args, match=name)
+    assert untouched(buf)
+    # raw addresses are checked for overlap too
+    raises(PARAM, desc.calculate, None, *[x.ctypes.data for x in args], match=name)
+    assert untouched(buf)
+
+
+def test_exact_aliasing_is_in_place(handle, sub34):
+    x = np.arange(12, dtype=np.float32).reshape(S)
+    y = np.full(S, 2.0, np.float32)
+    sub34.calculate(None, x, x, x)  # every operand the same buffer
+    assert (x == 0).all()
+    x = np.arange(12, dtype=np.float32).reshape(S)
+    sub34.calculate(None, y, x, y)  # out is b
+    np.testing.assert_array_equal(y, np.arange(12, dtype=np.float32).reshape(S) - 2)
+    # strided in-place: out and a are the same padded view
+    desc = infiniop.create_sub_descriptor(handle, td(S, (5, 1)), td(S, (5, 1)), td((4,)))
+    buf = np.arange(15, dtype=np.float32)
+    view = as_strided(buf, S, (20, 4))
+    desc.calculate(None, view, view, np.ones(4, np.float32))
+    np.testing.assert_array_equal(buf, [i - 1 if i % 5 < 4 else i for i in range(15)])
+
+
+def test_interleaved_buffers_do_not_overlap(handle):
+    """Ranges overlap but no element is shared: allowed, and computed correctly."""
+    desc = infiniop.create_sub_descriptor(handle, td((6,), (2,)), td((6,), (2,)), td((6,)))
+    buf = np.arange(12, dtype=np.float32)
+    out, a = buf[0::2], buf[1::2]
+    desc.calculate(None, out, a, np.ones(6, np.float32))
+    np.testing.assert_array_equal(buf[0::2], np.arange(1, 12, 2) - 1)
+    np.testing.assert_array_equal(buf[1::2], np.arange(1, 12, 2))
+
+
+def test_where_condition_aliasing_an_int8_output(handle):
+    """cond (bool) and out (int8) share memory exactly: each element is read before written."""
+    cond = np.array([True, False, True, True], np.bool_)
+    a, b = np.array([5, 6, 7, 8], np.int8), np.array([-1, -2, -3, -4], np.int8)
+    d = td((4,), dtype=I8)
+    desc = infiniop.create_where_descriptor(handle, d, td((4,), dtype=BOOL), d, d)
+    out = cond.view(np.int8)
+    desc.calculate(None, out, cond, a, b)
+    np.testing.assert_array_equal(out, [5, -2, 7, 8])
+
+
+def test_destroyed_descriptor(handle):
+    desc = infiniop.create_sub_descriptor(handle, td(S), td(S), td(S))
+    out, (a, b) = canary(S), ok_inputs()
+    desc.destroy()
+    raises(PARAM, desc.calculate, None, out, a, b)
+    raises(PARAM, desc.calculate, None, out.ctypes.data, a.ctypes.data, b.ctypes.data)
+    assert untouched(out)
+    with infiniop.create_sub_descriptor(handle, td(S), td(S), td(S)) as d2:
+        d2.calculate(None, out, a, b)
+    out2 = canary(S)
+    raises(PARAM, d2.calculate, None, out2, a, b)
+    assert untouched(out2)
+
+
+def test_wrong_number_of_inputs(sub34):
+    out, (a, b) = canary(S), ok_inputs()
+    raises(PARAM, sub34.calculate, None, out, a)
+    raises(PARAM, sub34.calculate, None, out, a, b, b)
+    raises(PARAM, sub34.calculate, None, out)
+    assert untouched(out)
+
+
+@pytest.mark.parametrize("where", ["out", "a", "b"])
+def test_null_buffers(sub34, where):
+    out, (a, b) = canary(S), ok_inputs()
+    bufs = {"out": out, "a": a, "b": b}
+    bufs[where] = None
+    raises(NULL, sub34.calculate, None, bufs["out"], bufs["a"], bufs["b"], match=f"'{where}'")
+    bufs[where] = 0  # a null raw address
+    raises(NULL, sub34.calculate, None, bufs["out"], bufs["a"], bufs["b"], match=f"'{where}'")
+    assert untouched(out)
+
+
+@pytest.mark.parametrize("bad", [[[1.0] * 4] * 3, "buffer", 1.5, object()],
+                         ids=["list", "str", "float", "object"])
+def test_not_a_buffer(sub34, bad):
+    out, (_, b) = canary(S), ok_inputs()
+    raises(PARAM, sub34.calculate, None, out, bad, b, match="'a'")
+    assert untouched(out)
+
+
+def test_buffer_on_another_device(sub34):
+    out, (_, b) = canary(S), ok_inputs()
+    meta = torch.empty(S, dtype=torch.float32, device="meta")
+    with pytest.raises(InfiniError) as ei:
+        sub34.calculate(None, out, meta, b)
+    assert ei.value.status in (PARAM, NULL)
+    assert untouched(out)
+
+
+def test_errors_checked_before_any_write_in_every_position(handle):
+    """clip: a bad 'max' (last operand) must stop the call before 'out' is touched."""
+    desc = infiniop.create_clip_descriptor(handle, td(S), td(S), td(S), td(S))
+    out, (x, lo) = canary(S), ok_inputs()
+    raises(DTYPE, desc.calculate, None, out, x, lo, np.ones(S, np.float64), match="'max'")
+    raises(PARAM, desc.calculate, None, out, x, lo, np.ones(11, np.float32), match="'max'")
+    raises(NULL, desc.calculate, None, out, x, lo, None, match="'max'")
+    assert untouched(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The functional front end
+# ---------------------------------------------------------------------------------------------
+
+
+def test_functional_errors():
+    a = np.ones(S, np.float32)
+    raises(SHAPE, infiniop.sub, a, np.ones((3, 5), np.float32))
+    raises(DTYPE, infiniop.sub, a, np.ones(S, np.float64))
+    raises(DTYPE, infiniop.div, np.ones(S, np.int32), np.ones(S, np.int32))
+    raises(PARAM, infiniop.sub, a)
+    raises(PARAM, infiniop.sub, a, a, a)
+    raises(NULL, infiniop.sub, None, a)
+    raises(NULL, infiniop.neg, None)
+    raises(PARAM, infiniop.sub, [1.0, 2.0], [3.0, 4.0])
+    raises(PARAM, infiniop.sub, 1.0, 2.0)  # no array operand to take the dtype from
+    out = canary((4, 3))
+    raises(SHAPE, infiniop.sub, a, a, out=out, match="out")
+    out64 = np.zeros(S, np.float64)
+    raises(DTYPE, infiniop.sub, a, a, out=out64)
+    assert untouched(out)
+    w = as_strided(canary((4,)), S, (0, 4))  # writable 0-stride output
+    raises(STRIDES, infiniop.sub, a, a, out=w)
+    buf = canary((20,))
+    raises(PARAM, infiniop.sub, buf[:12].reshape(S), a, out=buf[1:13].reshape(S))
+    assert untouched(buf)
+    with pytest.raises(InfiniError):  # a bound that does not fit the dtype
+        infiniop.clip(np.ones(4, np.uint8), -1, 300)
+    raises(DTYPE, infiniop.sub, np.ones(3, np.complex64), np.ones(3, np.complex64))
+    raises(DTYPE, infiniop.where, np.ones(3, np.float32), a[0, :3], a[0, :3])  # cond not bool
