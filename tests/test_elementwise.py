@@ -726,6 +726,42 @@ def test_large_transposed_and_strided_output(handle):
     assert_canary(buf, covered)
 
 
+def _desc_call(handle, name, out, ins):
+    descs = [TensorDescriptor.from_array(x) for x in (out, *ins)]
+    with getattr(infiniop, f"create_{name}_descriptor")(handle, *descs) as d:
+        d.calculate(None, out, *ins)
+
+
+def test_forced_parallel_and_nt_on_small_sizes(handle, monkeypatch):
+    """The parallel/NT kernels of the large tests (same variants, so no new compile) with the
+    thresholds lowered, on the sizes where head peeling and block/chunk splitting have edge
+    cases: n below, at and just past the 64-byte head, one NT block plus a tail, rows of
+    1200 bytes, two long rows split into chunks, ragged tiles."""
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    rng = np.random.default_rng(9)
+    for n in (1, 5, 15, 16, 17, 100, 16384 + 37):
+        a, b = draw(rng, F32, (n,)), draw(rng, F32, (n,))
+        want = reference(OP["sub"], F32, [a, b])
+        for off in (0, 4, 60, 1):
+            out, raw, start = _offset_out(n, F32, off)
+            _desc_call(handle, "sub", out, [a, b])
+            assert_exact(out, want)
+            _check_raw(raw, start, n * 4)
+    for shape in [(3, 300), (2, 20011), (5, 257)]:
+        a, b = draw(rng, F32, shape), draw(rng, F32, shape[1:])
+        out, raw, start = _offset_out(prod(shape), F32, 12)
+        out = out.reshape(shape)
+        _desc_call(handle, "add", out, [a, b])
+        assert_exact(out, reference(OP["add"], F32, [a, np.broadcast_to(b, shape)]))
+        _check_raw(raw, start, out.nbytes)
+    for shape in [(37, 45), (1, 70), (70, 2)]:
+        a, b = draw(rng, F32, shape[::-1]).T, draw(rng, F32, shape)
+        out = canary_array(shape, F32)
+        _desc_call(handle, "mul", out, [a, b])
+        assert_exact(out, reference(OP["mul"], F32, [a, b]))
+
+
 # ---------------------------------------------------------------------------------------------
 # User-defined operators
 # ---------------------------------------------------------------------------------------------
@@ -824,6 +860,20 @@ def test_functional_cache_hits(monkeypatch):
     assert calls == ["sub", "sub", "add", "sub"] and len(functional._cache) == 4
     infiniop.sub(a, b)
     assert len(calls) == 4
+
+
+def test_functional_cache_does_not_mix_operators_with_the_same_name():
+    """Two operators sharing a name and expression but not their dtypes must not share cached
+    descriptors: the second one's dtype check would be skipped. Found: the cache key is
+    ``spec.key`` (name + expression digest), so FLOATS-only ``b`` ran on int32 arrays after
+    ``a`` had been called on them (BAD_TENSOR_DTYPE only after ``functional.clear_cache()``)."""
+    a = infiniop.elementwise("test_samename", ("x", "y"), infiniop.NUMERIC,
+                             lambda m, x, y: x + y, register=False)
+    b = infiniop.elementwise("test_samename", ("x", "y"), infiniop.FLOATS,
+                             lambda m, x, y: x + y, register=False)
+    x = np.arange(3, dtype=np.int32).reshape(1, 3)
+    assert a(x, x).tolist() == [[0, 2, 4]]
+    raises(Status.BAD_TENSOR_DTYPE, b, x, x)
 
 
 def test_functional_cache_is_bounded(monkeypatch):

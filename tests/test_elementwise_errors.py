@@ -411,3 +411,39 @@ def test_functional_errors():
         infiniop.clip(np.ones(4, np.uint8), -1, 300)
     raises(DTYPE, infiniop.sub, np.ones(3, np.complex64), np.ones(3, np.complex64))
     raises(DTYPE, infiniop.where, np.ones(3, np.float32), a[0, :3], a[0, :3])  # cond not bool
+
+
+@pytest.mark.parametrize("case", ["add-int32-1.5", "clip-int32-0.5", "mul-torch-int64-2.5"])
+def test_functional_lossy_scalar_is_an_error(case):
+    """A Python float that the integer array's dtype cannot hold exactly must not be silently
+    truncated (NumPy and torch promote and give 1.5, 0.5, 2.5 here; infiniop keeps the array's
+    dtype, so the consistent answer is the error it already raises for inf, NaN and -1 as
+    uint8). Found: the scalar is truncated toward zero and a wrong integer result returned."""
+    if case == "add-int32-1.5":
+        fn, args = infiniop.add, (np.arange(3, dtype=np.int32), 1.5)
+    elif case == "clip-int32-0.5":
+        fn, args = infiniop.clip, (np.arange(5, dtype=np.int32), 0.5, 3.7)
+    else:
+        fn, args = infiniop.mul, (torch.arange(3, dtype=torch.int64), 2.5)
+    raises(PARAM, fn, *args)
+    # integral floats and bools are exact: still accepted
+    assert infiniop.add(np.arange(3, dtype=np.int32), 2.0).tolist() == [2, 3, 4]
+    assert infiniop.add(np.arange(3, dtype=np.int32), True).tolist() == [1, 2, 3]
+
+
+def test_buffer_too_small_through_dlpack(sub34):
+    class Wrapped:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    out, (a, b) = canary(S), ok_inputs()
+    raises(PARAM, sub34.calculate, None, out, Wrapped(a.ravel()[:11]), b, match="'a'")
+    assert untouched(out)
+    sub34.calculate(None, Wrapped(out), Wrapped(a), Wrapped(b))
+    assert (out == 0.5).all()
