@@ -31,6 +31,7 @@ from ..layout import normalize
 
 _EMPTY = np.zeros(0, np.int64)
 _MIN_TILE_EFFICIENCY = 0.2  # below this share of useful lanes the unit loop is used instead
+_TABLE_CAP = 1 << 21  # entries of a row/column offset table (16 MiB); bigger sides use the unit loop
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +116,8 @@ def _choose_split(dims, unit):
                 break
             r = prod(dims[i][0] for i in dchain[:a])
             c = prod(dims[i][0] for i in schain[:b])
+            if r > _TABLE_CAP or c > _TABLE_CAP:
+                break
             eff = (r / (-(-r // lanes) * lanes)) * (c / (-(-c // lanes) * lanes))
             if eff < _MIN_TILE_EFFICIENCY:
                 continue
