@@ -161,6 +161,9 @@ def test_plan_kinds():
              (350000, 87500, 1750, 35, 7, 1), 4)
     assert m.kind == "transpose" and m.rows * m.cols * m.batches == 3 * 4 * 50 * 50 * 5 * 7
     assert m.rows >= 600 and m.cols >= 7
+    # offset tables are capped: a side of more than 2M units falls back to the unit loop
+    assert plan((16, 3_000_000), (1, 16), (3_000_000, 1), 4).kind == "units"
+    assert plan((16, 2_000_000), (1, 16), (2_000_000, 1), 4).kind == "transpose"
 
 
 # ---------------------------------------------------------------------------------------------
