@@ -49,7 +49,7 @@ def _layout(x):
 
 def _descriptor(spec, out, ins):
     """Create (or reuse) the descriptor for these operands' layouts."""
-    key = (spec.key,) + tuple(_layout(a) for a in (out,) + ins)
+    key = (spec,) + tuple(_layout(a) for a in (out,) + ins)  # the spec itself: its dtypes too
     hit = _descriptors.get(key)
     if hit is not None:
         return hit
@@ -90,7 +90,7 @@ def call(spec, args, out=None):
 def _numpy_key(spec, args, out):
     if out is not None and type(out) is not np.ndarray:
         return None
-    key = [spec.key, None if out is None else (out.shape, out.strides, out.dtype)]
+    key = [spec, None if out is None else (out.shape, out.strides, out.dtype)]
     for a in args:
         if type(a) is not np.ndarray:
             return None
@@ -130,6 +130,9 @@ def _call_general(spec, args, out, key):
             except (OverflowError, ValueError, TypeError) as e:  # 1000 as int8, nan as int
                 raise InfiniError(Status.BAD_PARAM, f"operand '{spec.inputs[k]}': scalar {a!r} "
                                   f"does not fit {want}: {e}") from None
+            if not want.is_float and want is not DType.BOOL and v != a:  # 1.5 on an int array
+                raise InfiniError(Status.BAD_PARAM, f"operand '{spec.inputs[k]}': scalar {a!r} "
+                                  f"is not exactly representable as {want} (no type promotion)")
             if use_torch:
                 import torch
 
