@@ -7,6 +7,7 @@ is one 512-bit register):
 - source row i (i < kr) starts at ``src + s_off[i] + c0*U`` and is contiguous: units c0..c0+kc-1
   are loaded with one masked vector load (lanes >= kc are not touched, rows >= kr are not
   loaded at all);
+- each live source row is also prefetched ``PREFETCH_BYTES`` ahead (the next tiles' data);
 - the L registers are transposed with log2(L) rounds of two-source interleaves (a perfect
   shuffle: ``vpermt2d``/``vpermt2w``/``vpermt2b``/``vpermt2q``);
 - destination row j (j < kc) starts at ``dst + d_off[j] + r0*U`` and receives units r0..r0+kr-1:
@@ -30,6 +31,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 _I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+# software prefetch of each source row this far ahead of the tile being loaded: 32 concurrent
+# row streams are more than the hardware prefetcher keeps ahead of (measured 2-3x faster)
+PREFETCH_BYTES = 512
 _PTR = ir.PointerType(ir.IntType(8))
 
 
@@ -72,6 +76,7 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
     sig = types.void(marker, types.int64, types.int64, types.int64, types.int64, types.int64,
                      types.int64, types.int64, types.int64, types.boolean)
     lanes, bits = 64 // unit, unit * 8
+    prefetch_distance = PREFETCH_BYTES
 
     def codegen(context, builder, signature, args):
         _, src_, soff_, c0_, dst_, doff_, r0_, kr_, kc_, nt_ = args
@@ -95,6 +100,8 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
         c0b = builder.mul(c0_, ir.Constant(_I64, unit))
         r0b = builder.mul(r0_, ir.Constant(_I64, unit))
         last_row = builder.sub(kr_, ir.Constant(_I64, 1))
+        prefetch_fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [_PTR, _I32, _I32, _I32]), "llvm.prefetch.p0")
         rows = []
         for i in range(lanes):
             ci = ir.Constant(_I64, i)
@@ -104,6 +111,10 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
             off = builder.load(builder.gep(soff_p, [idx]), align=8)
             addr = builder.add(builder.add(src_, off), c0b)
             mask = builder.select(live, colmask, zero_mask)
+            if prefetch_distance:
+                pf = builder.inttoptr(builder.add(addr, ir.Constant(_I64, prefetch_distance)), _PTR)
+                builder.call(prefetch_fn, [pf, ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+                                           ir.Constant(_I32, 1)])
             rows.append(_masked_load(builder, vt, _vptr(builder, addr, vt), mask, lanes, bits))
         half = lanes // 2
         steps = lanes.bit_length() - 1
