@@ -31,14 +31,14 @@ from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose
 
 # unit bytes -> (source rows per task, micro-tiles per column step). 32 source rows per task
 # (32 read streams) is what the hardware prefetcher keeps up with.
-TILES = {1: (64, 1), 2: (32, 1), 4: (32, 1), 8: (32, 1)}
+TILES = {1: (64, 1), 2: (32, 2), 4: (32, 2), 8: (32, 2)}
 _CHUNK_BYTES = 1 << 20
 # staged transposes (non-temporal output through an L1/L2 scratch), see ``staging``
 STAGE_SHORT_ROW_BYTES = 8192
-STAGE_SCRATCH_BYTES = 65536
+STAGE_SCRATCH_BYTES = 4096
 DIRECT_MIN_ROW_BYTES = 2048
 STAGE_SEGMENT_BYTES = 1024
-STAGE_LONG_COLS = 64
+STAGE_LONG_COLS = 32
 MARKERS = {w: np.empty(0, dtype=f"u{w}") for w in (1, 2, 4, 8)}
 
 
