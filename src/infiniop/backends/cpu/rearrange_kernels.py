@@ -23,7 +23,7 @@ below ``runtime.PARALLEL_THRESHOLD`` elements; ``prange`` (TBB) above.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, set_parallel_chunksize
+from numba import njit, prange
 
 from . import runtime
 from .intrinsics import address_as_pointer
@@ -335,21 +335,6 @@ def transpose_lanes(unit: int) -> int:
     return 64 // unit
 
 
-def _dynamic(kernel):
-    """Call a ``prange`` kernel with chunk size 1, so its (up to 64) chunks go to whichever
-    thread is free: on a shared machine a descheduled thread then delays one chunk, not half
-    of the work."""
-
-    def call(*args):
-        old = set_parallel_chunksize(1)
-        try:
-            kernel(*args)
-        finally:
-            set_parallel_chunksize(old)
-
-    return call
-
-
 def staging(meta):
     """(rows per task, columns per task, rows per pass) of the staged transpose."""
     unit = meta.unit
@@ -397,7 +382,7 @@ def build(meta):
             else:
                 long_rows = meta.rows * unit >= DIRECT_MIN_ROW_BYTES
 
-                direct, staged_fn = _dynamic(transpose_parallel), _dynamic(staged_parallel)
+                direct, staged_fn = transpose_parallel, staged_parallel
 
                 def run(dst, src, _m=marker, _d=doff, _s=soff, _a=args, _st=staged, _long=long_rows):
                     d = dst + _d
@@ -410,8 +395,6 @@ def build(meta):
                 return run
         else:
             args += (0, nt)
-    if fn in (memcpy_parallel, units_parallel, transpose_parallel, staged_parallel):
-        fn = _dynamic(fn)
 
     def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args):
         _fn(_m, dst + _d, src + _s, *_a)
