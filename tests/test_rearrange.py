@@ -474,6 +474,35 @@ def test_pattern_errors_point_at_the_problem():
     raises(Status.BAD_PARAM, rearrange, x.ctypes.data, "a -> a")
 
 
+def test_pattern_more_forms():
+    x = np.arange(2 * 3 * 4 * 5 * 6, dtype=np.uint8).reshape(2, 3, 4, 5, 6)
+    np.testing.assert_array_equal(rearrange(x, "a ... e -> e ... a"), np.moveaxis(x, [0, 4], [4, 0]))
+    np.testing.assert_array_equal(rearrange(x, "a b ... -> (b a) ..."),
+                                  x.transpose(1, 0, 2, 3, 4).reshape(6, 4, 5, 6))
+    np.testing.assert_array_equal(rearrange(x, "a b c d e -> (a b c d e)"), x.ravel())
+    np.testing.assert_array_equal(rearrange(x, "a b c d e -> e (d c) b a"),
+                                  x.transpose(4, 3, 2, 1, 0).reshape(6, 20, 3, 2))
+    y = x.reshape(1, 6, 20, 6)
+    np.testing.assert_array_equal(rearrange(y, "() (a b) (c d) e -> (a c) b d e", a=2, c=4, b=3, d=5),
+                                  x.transpose(0, 2, 1, 3, 4).reshape(8, 3, 5, 6))
+    np.testing.assert_array_equal(rearrange(x[..., ::-2], "... e -> e ..."), np.moveaxis(x[..., ::-2], -1, 0))
+    z = np.float32(3) * np.ones((), np.float32)
+    assert rearrange(z, " -> 1 1").shape == (1, 1)
+    t = torch.arange(60, dtype=torch.float32).reshape(3, 4, 5)[:, ::2]
+    np.testing.assert_array_equal(rearrange(t, "a b c -> c b a").numpy(), t.numpy().transpose(2, 1, 0))
+
+
+def test_copy_broadcasts_and_torch():
+    a = np.zeros((2, 3, 4), np.float16)
+    copy_(a, np.float16(2) * np.ones((), np.float16))
+    assert (a == 2).all()
+    copy_(a, np.arange(4, dtype=np.float16)[None, None])
+    assert (a == np.arange(4, dtype=np.float16)).all()
+    t = torch.zeros(4, 3, dtype=torch.float64)
+    copy_(t.t(), torch.ones(3, 4, dtype=torch.float64))
+    assert bool((t == 1).all())
+
+
 def test_pattern_parse_is_cached():
     assert parse("a b -> b a") is parse("a b -> b a")
 
