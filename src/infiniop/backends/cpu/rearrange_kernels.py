@@ -137,50 +137,6 @@ def _units_range(marker, dst, src, shape, dstr, sstr, unit, nt, start, stop):
 
 
 @njit(inline="always")
-def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, head,
-                     nt, tr, ct, t0, t1):
-    """Tasks t0..t1-1. A task is (batch, row block); row blocks are ``tr`` rows starting at
-    ``head`` (block 0 is rows 0..head-1 when head > 0), so that full micro-tiles start where
-    the destination rows are 64-byte aligned."""
-    lanes = 64 // marker.itemsize
-    first = head - tr if head > 0 else 0
-    nrb = (rows - first + tr - 1) // tr
-    nb = bshape.shape[0]
-    cstep = lanes * ct
-    rs = row_src.ctypes.data
-    cd = col_dst.ctypes.data
-    for t in range(t0, t1):
-        b = t // nrb
-        k = t - b * nrb
-        r_start = max(0, first + k * tr)
-        r_end = min(rows, first + (k + 1) * tr)
-        db = dst
-        sb = src
-        rem = b
-        for j in range(nb):
-            kk = nb - 1 - j
-            q = rem // bshape[kk]
-            i = rem - q * bshape[kk]
-            rem = q
-            db += i * bdstr[kk]
-            sb += i * bsstr[kk]
-        for cc in range(0, cols, cstep):
-            for r0 in range(r_start, r_end, lanes):
-                kr = min(lanes, r_end - r0)
-                for c0 in range(cc, min(cols, cc + cstep), lanes):
-                    kc = min(lanes, cols - c0)
-                    tile_transpose(marker, sb, rs + 8 * r0, c0, db, cd + 8 * c0, r0, kr, kc, nt)
-    if nt:
-        store_fence()
-
-
-@njit(inline="always")
-def _transpose_tasks(rows, nbatch, head, tr):
-    first = head - tr if head > 0 else 0
-    return nbatch * ((rows - first + tr - 1) // tr)
-
-
-@njit(inline="always")
 def _batch_offsets(b, bshape, bdstr, bsstr):
     nb = bshape.shape[0]
     db = 0
@@ -197,69 +153,87 @@ def _batch_offsets(b, bshape, bdstr, bsstr):
 
 
 @njit(inline="always")
-def _staged_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, trb, kb,
-                  group, nt, t0, t1):
-    """Tasks t0..t1-1 of (batch, row block of ``trb`` rows, column block of ``kb`` columns).
+def _transpose_tasks(rows, cols, nbatch, tr, kb, head):
+    first = head - tr if head > 0 else 0
+    return nbatch * ((rows - first + tr - 1) // tr) * ((cols + kb - 1) // kb)
 
-    Each task transposes its block into an L1/L2-resident scratch laid out like the destination
-    (column j's rows contiguous), ``group`` source rows at a time, then streams it out with
-    non-temporal 64-byte lines, merging columns whose destination segments are adjacent. So the
-    stores are whole aligned lines whatever the destination's alignment or row length."""
+
+@njit(inline="always")
+def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, tr, ct,
+                     kb, group, head, nt, staged, t0, t1):
+    """Tasks t0..t1-1 of (batch, row block of ``tr`` rows, column block of ``kb`` columns).
+
+    Direct (``staged`` false): micro-tiles go straight to the destination; row blocks start at
+    ``head`` (block 0 is rows 0..head-1 when head > 0) so that full micro-tiles start where the
+    destination rows are 64-byte aligned, and tasks walk along source rows (``kb`` = cols).
+
+    Staged: each task transposes its block into an L1/L2-resident scratch laid out like the
+    destination (column j's rows contiguous), ``group`` source rows at a time, then streams it
+    out with non-temporal 64-byte lines, merging columns whose destination segments are adjacent:
+    the stores are whole aligned lines whatever the destination's alignment or row length.
+    """
     u = marker.itemsize
     lanes = 64 // u
-    nrb = (rows + trb - 1) // trb
+    first = head - tr if head > 0 else 0
+    nrb = (rows - first + tr - 1) // tr
     ncb = (cols + kb - 1) // kb
-    seg = trb * u
-    raw = np.empty(kb * seg + 64, np.uint8)
-    scratch = raw.ctypes.data + ((-raw.ctypes.data) & 63)
-    lin = np.arange(kb + lanes, dtype=np.int64) * seg
-    ld = lin.ctypes.data
+    cstep = lanes * ct
+    seg = tr * u
+    # scratch and its offset table: only ever addressed through these arrays inside the loop, so
+    # they stay alive (Numba frees an array after its last use, raw pointers do not count)
+    raw = np.empty(kb * seg + 64 if staged else 0, np.uint8)
+    lin = np.arange(kb + lanes if staged else 0, dtype=np.int64) * seg
     rs = row_src.ctypes.data
     cd = col_dst.ctypes.data
+    cdp = address_as_pointer(cd, np.int64)
+    tile_nt = nt and not staged
     for t in range(t0, t1):
         b = t // (nrb * ncb)
         rest = t - b * (nrb * ncb)
         rb = rest // ncb
         cb = rest - rb * ncb
-        r_s = rb * trb
-        r_e = min(rows, r_s + trb)
+        r_s = max(0, first + rb * tr)
+        r_e = min(rows, first + (rb + 1) * tr)
         c_s = cb * kb
         c_e = min(cols, c_s + kb)
         db, sb = _batch_offsets(b, bshape, bdstr, bsstr)
         db += dst
         sb += src
-        base = scratch - r_s * u
+        scratch = raw.ctypes.data + ((-raw.ctypes.data) & 63)
+        if staged:
+            target = scratch - r_s * u
+            table = lin.ctypes.data - 8 * c_s
+        else:
+            target = db
+            table = cd
         for g in range(r_s, r_e, group):
             g_e = min(r_e, g + group)
-            for c0 in range(c_s, c_e, lanes):
-                kc = min(lanes, c_e - c0)
+            for cc in range(c_s, c_e, cstep):
+                cc_e = min(c_e, cc + cstep)
                 for r0 in range(g, g_e, lanes):
                     kr = min(lanes, g_e - r0)
-                    tile_transpose(marker, sb, rs + 8 * r0, c0, base, ld + 8 * (c0 - c_s), r0, kr,
-                                   kc, False)
-        n = (r_e - r_s) * u
-        cdp = address_as_pointer(cd, np.int64)
-        run_dst = db + cdp[c_s] + r_s * u
-        run_src = scratch
-        run_len = n
-        for c in range(c_s + 1, c_e):
-            d = db + cdp[c] + r_s * u
-            s_ = scratch + (c - c_s) * seg
-            if d == run_dst + run_len and s_ == run_src + run_len:
-                run_len += n
-            else:
-                _copy_run(run_dst, run_src, run_len, nt)
-                run_dst = d
-                run_src = s_
-                run_len = n
-        _copy_run(run_dst, run_src, run_len, nt)
+                    for c0 in range(cc, cc_e, lanes):
+                        kc = min(lanes, cc_e - c0)
+                        tile_transpose(marker, sb, rs + 8 * r0, c0, target, table + 8 * c0, r0, kr,
+                                       kc, tile_nt)
+        if staged:
+            n = (r_e - r_s) * u
+            run_dst = db + cdp[c_s] + r_s * u
+            run_src = scratch
+            run_len = n
+            for col in range(c_s + 1, c_e):
+                d = db + cdp[col] + r_s * u
+                s_ = scratch + (col - c_s) * seg
+                if d == run_dst + run_len and s_ == run_src + run_len:
+                    run_len += n
+                else:
+                    _copy_run(run_dst, run_src, run_len, nt)
+                    run_dst = d
+                    run_src = s_
+                    run_len = n
+            _copy_run(run_dst, run_src, run_len, nt)
     if nt:
         store_fence()
-
-
-@njit(inline="always")
-def _staged_tasks(rows, cols, nbatch, trb, kb):
-    return nbatch * ((rows + trb - 1) // trb) * ((cols + kb - 1) // kb)
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -303,37 +277,24 @@ def units_parallel(marker, dst, src, shape, dstr, sstr, unit, total, nt):
 
 @njit(cache=True)
 def transpose_serial(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, nbatch,
-                     tr, ct, head, nt):
-    ntasks = _transpose_tasks(rows, nbatch, head, tr)
-    _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, head,
-                     nt, tr, ct, 0, ntasks)
+                     tr, ct, kb, group, head, nt, staged):
+    ntasks = _transpose_tasks(rows, cols, nbatch, tr, kb, head)
+    _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, tr, ct,
+                     kb, group, head, nt, staged, 0, ntasks)
 
 
 @njit(cache=True, parallel=True)
 def transpose_parallel(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst,
-                       nbatch, tr, ct, head, nt):
-    ntasks = _transpose_tasks(rows, nbatch, head, tr)
+                       nbatch, tr, ct, kb, group, head, nt, staged):
+    ntasks = _transpose_tasks(rows, cols, nbatch, tr, kb, head)
     nchunks = min(ntasks, 64)
     for c in prange(nchunks):
-        _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst,
-                         head, nt, tr, ct, ntasks * c // nchunks, ntasks * (c + 1) // nchunks)
-
-
-@njit(cache=True, parallel=True)
-def staged_parallel(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, nbatch,
-                    trb, kb, group, nt):
-    ntasks = _staged_tasks(rows, cols, nbatch, trb, kb)
-    nchunks = min(ntasks, 64)
-    for c in prange(nchunks):
-        _staged_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, trb,
-                      kb, group, nt, ntasks * c // nchunks, ntasks * (c + 1) // nchunks)
+        _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, tr,
+                         ct, kb, group, head, nt, staged, ntasks * c // nchunks,
+                         ntasks * (c + 1) // nchunks)
 
 
 # ---------------------------------------------------------------------------- plan -> callable
-
-def transpose_lanes(unit: int) -> int:
-    return 64 // unit
-
 
 def staging(meta):
     """(rows per task, columns per task, rows per pass) of the staged transpose."""
@@ -371,30 +332,30 @@ def build(meta):
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units, nt)
     else:
         fn = transpose_parallel if parallel else transpose_serial
-        args = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
-                meta.row_src, meta.col_dst, meta.batches) + TILES[meta.unit]
+        tr, ct = TILES[meta.unit]
+        common = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
+                  meta.row_src, meta.col_dst, meta.batches)
+        args = common + (tr, ct, meta.cols, tr)
         if nt and parallel:
             unit = meta.unit
-            staged = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
-                      meta.row_src, meta.col_dst, meta.batches) + staging(meta) + (True,)
+            trb, kb, group = staging(meta)
+            staged = common + (trb, 1, kb, group, 0, True, True)
             if not meta.rows_aligned:
-                fn, args = staged_parallel, staged
+                args = staged
             else:
                 long_rows = meta.rows * unit >= DIRECT_MIN_ROW_BYTES
-
-                direct, staged_fn = transpose_parallel, staged_parallel
 
                 def run(dst, src, _m=marker, _d=doff, _s=soff, _a=args, _st=staged, _long=long_rows):
                     d = dst + _d
                     head = ((-d) & 63) // unit if d % unit == 0 else 0
                     if head == 0 or (_long and d % unit == 0):
-                        direct(_m, d, src + _s, *_a, head, True)
+                        transpose_parallel(_m, d, src + _s, *_a, head, True, False)
                     else:
-                        staged_fn(_m, d, src + _s, *_st)
+                        transpose_parallel(_m, d, src + _s, *_st)
 
                 return run
         else:
-            args += (0, nt)
+            args += (0, nt, False)
 
     def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args):
         _fn(_m, dst + _d, src + _s, *_a)
