@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import infiniop
 from infiniop import DType, InfiniError, Status, TensorDescriptor
-from infiniop.backends.cpu import runtime
+from infiniop.backends.cpu import rearrange_kernels, runtime
 from infiniop.rearrange import copy_, create_rearrange_descriptor, parse, plan, rearrange
 from infiniop.tensor import contiguous_strides
 
@@ -241,7 +241,7 @@ def test_all_dtypes_move_bits():
         assert dst.tobytes() == src.tobytes(), dt
 
 
-def test_large_parallel_nt_paths_bit_exact():
+def test_large_parallel_nt_paths_bit_exact(thresholds):
     # above the parallel and NT thresholds, misaligned and aligned destinations
     rng = np.random.default_rng(3)
     src = rng.integers(0, 2**31, (1100, 1030), dtype=np.int32).view(np.float32)
@@ -396,6 +396,7 @@ def thresholds(request, monkeypatch):
     if request.param != "default":
         monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 0)
         monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 0)
+        monkeypatch.setattr(rearrange_kernels, "COPY_NT_MIN_BYTES", 0)
     return request.param
 
 

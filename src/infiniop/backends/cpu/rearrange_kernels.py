@@ -32,7 +32,11 @@ from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose
 # unit bytes -> (source rows per task, micro-tiles per column step). 32 source rows per task
 # (32 read streams) is what the hardware prefetcher keeps up with.
 TILES = {1: (64, 1), 2: (32, 2), 4: (32, 2), 8: (32, 2)}
-_CHUNK_BYTES = 1 << 20
+_CHUNK_BYTES = 1 << 18  # smallest chunk of a parallel contiguous copy
+_PARALLEL_COPY_BYTES = 1 << 19  # contiguous copies from here on use both threads
+# contiguous copies keep ordinary (cached) stores up to about the L3 size: measured faster than
+# NT below ~16 MiB when the data is reused; the NT threshold of runtime applies above it
+COPY_NT_MIN_BYTES = 16 << 20
 # staged transposes (non-temporal output through an L1/L2 scratch), see ``staging``
 STAGE_SHORT_ROW_BYTES = 8192
 STAGE_SCRATCH_BYTES = 4096
@@ -248,7 +252,7 @@ def memcpy_serial(marker, dst, src, nbytes, nt):
 @njit(cache=True, parallel=True)
 def memcpy_parallel(marker, dst, src, nbytes, nt):
     # chunk boundaries on 64-byte boundaries of dst, so every NT line is whole and aligned
-    nchunks = max(1, nbytes // _CHUNK_BYTES)
+    nchunks = max(1, min(64, nbytes // _CHUNK_BYTES))
     head = (-dst) & 63
     for c in prange(nchunks):
         a = 0 if c == 0 else head + ((nbytes - head) * c // nchunks) // 64 * 64
@@ -325,8 +329,9 @@ def build(meta):
     doff, soff = meta.dst_offset, meta.src_offset
     marker = MARKERS[meta.word]
     if kind == "memcpy":
-        fn = memcpy_parallel if parallel and meta.unit >= 2 * _CHUNK_BYTES else memcpy_serial
-        args = (meta.unit, nt)
+        big = meta.unit >= _PARALLEL_COPY_BYTES or runtime.PARALLEL_THRESHOLD == 0
+        fn = memcpy_parallel if big else memcpy_serial
+        args = (meta.unit, nt and meta.unit >= COPY_NT_MIN_BYTES)
     elif kind == "units":
         fn = units_parallel if parallel else units_serial
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units, nt)
