@@ -52,6 +52,10 @@ def _descriptor(spec, out, ins):
     key = (spec,) + tuple(_layout(a) for a in (out,) + ins)  # the spec itself: its dtypes too
     hit = _descriptors.get(key)
     if hit is not None:
+        try:
+            _descriptors.move_to_end(key)  # least recently used is evicted first
+        except KeyError:
+            pass
         return hit
     descs = [TensorDescriptor(as_dtype(dt), shape, strides) for dt, shape, strides in key[1:]]
     d = spec.create_descriptor(_cpu_handle(), descs[0], *descs[1:])
