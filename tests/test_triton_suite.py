@@ -2,13 +2,15 @@
 
 Each test here is one test of the files in ``FILES`` (the elementwise operator table, the
 elementwise bad-input matrix, the reference library's sub/add/mul/clip tables, rearrange with
-the reference library's tables, and the Triton internals), run in an interpreter worker (see test_triton_harness.py) where
+the reference library's tables, and the Triton internals), run in an interpreter worker
+(see test_triton_harness.py) where
 the CPU handle is routed to ``create_handle("nvidia")``: the same operator table, layouts,
 references, rounding/NaN/in-place/broadcast/negative-stride cases and the reference library's
 tables, bit for bit, on the real Triton kernels. A case that crashes the interpreter fails alone.
 
 Left out: the CPU-only robustness/memory/concurrency suites (child processes that open the
-CPU handle themselves, RSS soaks, threads), the CPU backend's large-size tests (``large``: millions of elements, minutes on the
+CPU handle themselves, RSS soaks, threads), the CPU backend's large-size tests (``large``:
+millions of elements, minutes on the
 interpreter) and its forced-parallel/NT variants (``forced``: a CPU-only knob, the same cases
 as the default variant here). Skipped cleanly when triton is not installed.
 """

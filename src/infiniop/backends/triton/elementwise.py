@@ -18,7 +18,6 @@ from . import codegen
 from .memory import Operand, adapter, stream_context
 from .vendors import LaunchConfig, next_pow2
 
-
 # The interpreter keeps the launch grid in global state: launches from threads must not overlap.
 _INTERPRETER_LOCK = threading.Lock()
 
