@@ -504,6 +504,19 @@ def test_copy_broadcasts_and_torch():
     assert bool((t == 1).all())
 
 
+def test_front_end_bad_inputs():
+    x = np.zeros((2, 6), np.float32)
+    raises(Status.NULL_POINTER, rearrange, None, "a -> a")
+    raises(Status.BAD_PARAM, rearrange, x, ["a b -> b a"])  # unhashable, still BAD_PARAM
+    rearrange(x, "a (b c) -> a b c", b=2)  # cache an entry, then sizes that compare equal to it
+    for bad in (2.0, True, np.float32(2), "2", None):
+        raises(Status.BAD_PARAM, rearrange, x, "a (b c) -> a b c", b=bad)
+    raises(Status.BAD_PARAM, rearrange, torch.ones(4, 3, device="meta"), "a b -> b a", match="meta")
+    raises(Status.NULL_POINTER, copy_, None, x)
+    raises(Status.NULL_POINTER, copy_, x, None)
+    raises(Status.BAD_PARAM, copy_, x, torch.ones(2, 6, device="meta"))
+
+
 def test_pattern_parse_is_cached():
     assert parse("a b -> b a") is parse("a b -> b a")
 

@@ -50,6 +50,9 @@ def copy_(dst, src):
         if desc is not None:
             desc.calculate(dst, src)
             return dst
+    for obj, name in ((dst, "dst"), (src, "src")):
+        if obj is None:
+            raise InfiniError(Status.NULL_POINTER, f"operand '{name}': array is None")
     d = inspect_buffer(dst, "dst")
     s = inspect_buffer(src, "src")
     if d.trusted or s.trusted:

@@ -109,11 +109,15 @@ def _parse_side(pattern: str, text: str, start: int, is_left: bool) -> tuple[Sid
     return Side(tuple(groups), tuple(bracketed), tuple(names), has_ellipsis), where
 
 
-@lru_cache(maxsize=512)
 def parse(pattern: str) -> Pattern:
     """Parse ``"left -> right"`` once (cached). Errors are BAD_PARAM and point at the culprit."""
     if not isinstance(pattern, str):
         raise InfiniError(Status.BAD_PARAM, f"pattern must be a str, got {type(pattern).__name__}")
+    return _parse(pattern)
+
+
+@lru_cache(maxsize=512)
+def _parse(pattern: str) -> Pattern:
     if pattern.count("->") != 1:
         pos = pattern.find("->", pattern.find("->") + 2) if "->" in pattern else None
         raise _err(pattern, pos if pos is not None and pos >= 0 else None,
@@ -133,6 +137,12 @@ def parse(pattern: str) -> Pattern:
         at = pattern.index(ELLIPSIS, 0 if left.has_ellipsis else arrow)
         raise _err(pattern, at, f"'...' is on the {side} side but not on the {other}")
     return Pattern(pattern, left, right)
+
+
+def _axis_size(name, value, pattern) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise _err(pattern, None, f"size of axis '{name}' must be an int >= 0, got {value!r}")
+    return int(value)
 
 
 def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...], sizes: dict):
@@ -166,10 +176,7 @@ def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...],
             if ax == "1":
                 continue
             if ax in sizes:
-                v = sizes[ax]
-                if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
-                    raise _err(text, None, f"size of axis '{ax}' must be an int >= 0, got {v!r}")
-                known *= int(v)
+                known *= _axis_size(ax, sizes[ax], text)
             elif unknown is None:
                 unknown = ax
             else:
@@ -232,7 +239,8 @@ def rearrange(x, pattern: str, **axis_sizes):
     from . import _descriptor_for
 
     pat = parse(pattern)
-    sizes_key = tuple(sorted(axis_sizes.items())) if axis_sizes else ()
+    # sizes are checked before the plan cache sees them (2.0 or True must not hit the entry of 2)
+    sizes_key = tuple(sorted((k, _axis_size(k, v, pattern)) for k, v in axis_sizes.items()))
     if type(x) is np.ndarray:  # fast path for repeated calls: no interop objects
         hit = _PLANS.get((pattern, x.dtype, x.shape, x.strides, sizes_key))
         if hit is not None:
@@ -241,9 +249,14 @@ def rearrange(x, pattern: str, **axis_sizes):
             if desc._run is not None:
                 desc._run(out.ctypes.data, x.ctypes.data)
             return out
+    if x is None:
+        raise InfiniError(Status.NULL_POINTER, "operand 'x': array is None")
     info = inspect_buffer(x, "x")
     if info.trusted:
         raise InfiniError(Status.BAD_PARAM, "rearrange needs an array or tensor, not an address")
+    if info.device != "cpu":
+        raise InfiniError(Status.BAD_PARAM,
+                          f"operand 'x': rearrange runs on the cpu, the array lives on {info.device}")
     if type(x) is np.ndarray:
         key = (pattern, x.dtype, x.shape, x.strides, sizes_key)
     else:
