@@ -350,7 +350,8 @@ def build(meta):
             else:
                 long_rows = meta.rows * unit >= DIRECT_MIN_ROW_BYTES
 
-                def run(dst, src, _m=marker, _d=doff, _s=soff, _a=args, _st=staged, _long=long_rows):
+                def run(dst, src, _m=marker, _d=doff, _s=soff, _a=args, _st=staged, _long=long_rows,
+                        stream=None):
                     d = dst + _d
                     head = ((-d) & 63) // unit if d % unit == 0 else 0
                     if head == 0 or (_long and d % unit == 0):
@@ -362,7 +363,7 @@ def build(meta):
         else:
             args += (0, nt, False)
 
-    def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args):
+    def run(dst, src, _fn=fn, _m=marker, _d=doff, _s=soff, _a=args, stream=None):
         _fn(_m, dst + _d, src + _s, *_a)
 
     return run
