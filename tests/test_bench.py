@@ -1,0 +1,90 @@
+"""`infiniop bench`: output format, JSON lines, and that disagreeing implementations are reported
+as errors instead of being timed. Tiny sizes: this checks the tool, not the machine."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from infiniop.bench import runner
+from infiniop.bench.suite import Case, Prepared, default_suite
+
+TINY = dict(ceiling_bytes=1 << 20, rounds=1)
+
+
+def _run(**kw):
+    out = io.StringIO()
+    records = runner.run(out=out, **TINY, **kw)
+    return records, out.getvalue()
+
+
+def test_quick_suite_on_tiny_sizes_writes_table_and_json(tmp_path, monkeypatch):
+    monkeypatch.setattr("infiniop.bench.suite.QUICK_SIZES", (1 << 12,))
+    path = tmp_path / "b.jsonl"
+    records, text = _run(quick=True, ops=["sub", "clip"], dtypes=["float32"],
+                         layouts=["contiguous"], json_path=str(path))
+    head, cases = records[0], records[1:]
+    assert head["kind"] == "machine" and head["cores"] >= 1
+    for key in ("copy_gbps", "triad_gbps", "copy_numpy_gbps", "copy_infiniop_gbps"):
+        assert head["bandwidth"][key] > 0
+    assert [c["op"] for c in cases] == ["sub", "clip"]
+    for c in cases:
+        assert "error" not in c, c
+        assert c["size"] == 4096 and c["shape"] == [4096]
+        assert {"infiniop", "infiniop.fn", "numpy"} <= set(c["impls"])
+        for t in c["impls"].values():
+            assert 0 < t["low"] <= t["median"] <= t["high"]
+            assert t["gbps"] == pytest.approx(c["bytes"] / t["median"] / 1e9)
+        assert c["speedup_vs_numpy"] == pytest.approx(
+            c["impls"]["numpy"]["median"] / c["impls"]["infiniop"]["median"])
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines == json.loads(json.dumps(records))
+    assert "bandwidth: copy" in text and "sub float32 contiguous 4096" in text
+
+
+def test_disagreement_is_an_error_not_a_timing():
+    a = np.arange(8, dtype=np.float32)
+
+    def build():
+        good, bad = a.copy(), a.copy()
+        bad[3] += 1  # a peer that computes something else
+        return Prepared({"infiniop": lambda: None, "numpy": lambda: None},
+                        {"infiniop": lambda: good, "numpy": lambda: bad}, nbytes=64)
+
+    records, text = _run(cases=[Case("sub", "float32", "contiguous", (8,), build)])
+    rec = records[1]
+    assert "impls" not in rec
+    assert "disagree" in rec["error"] and "numpy" in rec["error"]
+    assert "ERROR" in text
+
+
+def test_nan_positions_agree_but_values_must_match():
+    x = np.array([np.nan, 1.0, -0.0], np.float32)
+    assert runner._same(x, np.array([np.nan, 1.0, -0.0], np.float32))
+    assert not runner._same(x, np.array([np.nan, 1.0, 0.0], np.float32))  # sign of zero
+    assert not runner._same(x, np.array([1.0, 1.0, -0.0], np.float32))
+
+
+def test_default_suite_covers_the_issue_cases():
+    cases = default_suite(quick=False, threads=2)
+    names = {(c.op, c.dtype, c.layout) for c in cases}
+    for op in ("sub", "add", "mul", "clip"):
+        for dt in ("float32", "float16", "bfloat16", "float64"):
+            assert (op, dt, "contiguous") in names
+    for layout in ("scalar_bcast", "numpy_bcast", "transposed", "strided_out"):
+        assert ("sub", "float32", layout) in names
+    for layout in ("copy", "nchw_nhwc", "transpose2d", "permute6d"):
+        assert ("rearrange", "float32", layout) in names
+    sizes = {c.size for c in cases if c.layout == "contiguous"}
+    assert min(sizes) == 4096 and max(sizes) == 1 << 26
+
+
+def test_cli_quick_filters(capsys, monkeypatch):
+    from infiniop import cli
+
+    monkeypatch.setattr("infiniop.bench.suite.QUICK_SIZES", (1 << 12,))
+    monkeypatch.setattr(runner, "run", lambda **kw: [{"kind": "machine"}, {"kind": "case", **kw}])
+    assert cli.main(["bench", "--quick", "--op", "sub", "--dtype", "float16", "--size", "4096"]) == 0
