@@ -30,7 +30,7 @@ def _demo() -> int:
     ip.mul(a, a, out=a)
     print("in-place mul(a, a, out=a): a[0] =", a[0])
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    y = ip.rearrange(x, "n c w -> n w c") if hasattr(ip, "rearrange") else x.transpose(0, 2, 1)
+    y = ip.rearrange(x, "n c w -> n w c")
     same = np.array_equal(y, x.transpose(0, 2, 1))
     print("rearrange 'n c w -> n w c': shape", y.shape, "equal to numpy:", same)
     try:
