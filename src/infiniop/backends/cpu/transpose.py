@@ -30,6 +30,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .intrinsics import sfence as store_fence  # noqa: F401  (re-exported for the kernels)
+
 _I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 # software prefetch of each source row this far ahead of the tile being loaded: 32 concurrent
 # row streams are more than the hardware prefetcher keeps ahead of (measured 2-3x faster)
@@ -165,19 +167,6 @@ def copy_line(typingctx, dst, src, nt):
                 st.set_metadata("nontemporal", _nt_md(builder))
             with plain:
                 builder.store(v, p, align=1)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@intrinsic
-def store_fence(typingctx):
-    sig = types.void()
-
-    def codegen(context, builder, signature, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                            "llvm.x86.sse.sfence")
-        builder.call(fn, [])
         return context.get_dummy_value()
 
     return sig, codegen
