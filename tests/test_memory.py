@@ -152,7 +152,7 @@ def check_cache_bounds() -> None:
     assert len(functional._descriptors) <= functional.CACHE_SIZE
     assert len(REARRANGE._COPIES) <= REARRANGE._CACHE_SIZE
     assert len(pattern._PLANS) <= pattern._PLAN_CACHE_SIZE
-    info = pattern.parse.cache_info()
+    info = pattern._parse.cache_info()  # parse() checks the type, then the cached _parse
     assert info.currsize <= info.maxsize
 
 
