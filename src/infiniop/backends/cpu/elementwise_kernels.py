@@ -105,6 +105,13 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
                 out.append(f"x{k} = " + LOAD.get(dts[k + 1], "{}").format(f"{ptr}{k}[{idx}]"))
         return out
 
+    def loop(indent: str, ptr: str, count: str, body: str) -> None:
+        """``for i in range(count):`` loading the operands through ``ptr`` and running ``body``."""
+        emit(f"{indent}for i in range({count}):")
+        for line in loads(ptr, "i", "loop"):
+            emit(f"{indent}    {line}")
+        emit(f"{indent}    {body}")
+
     if kind == "flat":
         block = BLOCK_BYTES // isz[0]
         for par in (False, True):
@@ -117,10 +124,7 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
             for line in loads("p", "0", "hoisted"):
                 emit("    " + line)
             if not par:
-                emit("    for i in range(n):")
-                for line in loads("p", "i", "loop"):
-                    emit("        " + line)
-                emit(f"        po[i] = {store}")
+                loop("    ", "p", "n", f"po[i] = {store}")
                 emit("    return 0")
                 continue
             emit("    head = 0")
@@ -128,10 +132,7 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
             emit(f"        head = ((64 - (o & 63)) & 63) // {isz[0]}")
             emit(f"        if o % {isz[0]} != 0 or head > n:")
             emit("            head = n")
-            emit("    for i in range(head):")
-            for line in loads("p", "i", "loop"):
-                emit("        " + line)
-            emit(f"        po[i] = {store}")
+            loop("    ", "p", "head", f"po[i] = {store}")
             emit(f"    nblocks = (n - head + {block - 1}) // {block}")
             emit("    for b in prange(nblocks):")
             emit(f"        start = head + b * {block}")
@@ -142,16 +143,10 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
                     emit(f"        q{k} = address_as_pointer(a{k} + start * {isz[k + 1]}, "
                          f"np.{st[k + 1]})")
             emit(f"        if nt and m == {block}:")
-            emit(f"            for i in range({block}):")
-            for line in loads("q", "i", "loop"):
-                emit("                " + line)
-            emit(f"                nt_store(qo, i, {store})")
+            loop("            ", "q", str(block), f"nt_store(qo, i, {store})")
             emit("            sfence()")
             emit("        else:")
-            emit("            for i in range(m):")
-            for line in loads("q", "i", "loop"):
-                emit("                " + line)
-            emit(f"                qo[i] = {store}")
+            loop("            ", "q", "m", f"qo[i] = {store}")
             emit("    return 0")
     else:
         tiled = kind == "tiled"
@@ -218,30 +213,18 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
                 emit(f"                head = ((64 - (addr & 63)) & 63) // {isz[0]}")
                 emit(f"                if addr % {isz[0]} != 0 or head > m:")
                 emit("                    head = m")
-                emit("                for i in range(head):")
-                for line in loads("q", "i", "loop"):
-                    emit("                    " + line)
-                emit(f"                    qo[i] = {store}")
+                loop("                ", "q", "head", f"qo[i] = {store}")
                 emit(f"                qo = address_as_pointer(addr + head * {isz[0]}, np.{st[0]})")
                 for k in range(arity):
                     if pattern[k + 1] != "0":
                         emit(f"                q{k} = address_as_pointer(a{k} + (g{k + 1} + head * s{k})"
                              f" * {isz[k + 1]}, np.{st[k + 1]})")
-                emit("                for i in range(m - head):")
-                for line in loads("q", "i", "loop"):
-                    emit("                    " + line)
-                emit(f"                    nt_store(qo, i, {store})")
+                loop("                ", "q", "m - head", f"nt_store(qo, i, {store})")
                 emit("                sfence()")
                 emit("            else:")
-                emit("                for i in range(m):")
-                for line in loads("q", "i", "loop"):
-                    emit("                    " + line)
-                emit(f"                    qo[{out_idx}] = {store}")
+                loop("                ", "q", "m", f"qo[{out_idx}] = {store}")
             else:
-                emit("            for i in range(m):")
-                for line in loads("q", "i", "loop"):
-                    emit("                " + line)
-                emit(f"                qo[{out_idx}] = {store}")
+                loop("            ", "q", "m", f"qo[{out_idx}] = {store}")
             emit("    return 0")
 
     # Array launchers: bounds and overlap checks in compiled code. meta layout (int64):
