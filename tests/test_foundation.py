@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from conftest import raises  # the shared exact-Status assertion
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import as_strided
@@ -22,17 +23,6 @@ from infiniop import dtype as dtmod
 from infiniop.descriptor import OperatorDescriptor, check_descriptor, check_handle
 from infiniop.interop import check_fits, inspect_buffer
 from infiniop.tensor import contiguous_strides, create_tensor_descriptor
-
-
-def raises(status: Status, fn, *args, match: str | None = None, **kw) -> InfiniError:
-    """Call fn and assert it raises InfiniError with exactly ``status`` (and ``match`` in msg)."""
-    with pytest.raises(InfiniError) as ei:
-        fn(*args, **kw)
-    assert ei.value.status is status, f"expected {status.name}, got {ei.value!r}"
-    if match is not None:
-        assert match in str(ei.value), f"{match!r} not in {str(ei.value)!r}"
-    return ei.value
-
 
 ALL_DTYPES = list(DType)
 F32 = DType.F32

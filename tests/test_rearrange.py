@@ -14,11 +14,12 @@ from math import prod
 import numpy as np
 import pytest
 import torch
+from conftest import raises  # the shared exact-Status assertion
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import infiniop
-from infiniop import DType, InfiniError, Status, TensorDescriptor
+from infiniop import DType, Status, TensorDescriptor
 from infiniop.backends.cpu import rearrange_kernels, runtime
 from infiniop.rearrange import copy_, create_rearrange_descriptor, parse, plan, rearrange
 from infiniop.tensor import contiguous_strides
@@ -34,13 +35,6 @@ def desc32(shape, strides=None):
     return TensorDescriptor("float32", shape, strides)
 
 
-def raises(status: Status, fn, *args, match: str | None = None, **kw) -> InfiniError:
-    with pytest.raises(InfiniError) as ei:
-        fn(*args, **kw)
-    assert ei.value.status is status, f"expected {status.name}, got {ei.value!r}"
-    if match is not None:
-        assert match in str(ei.value), f"{match!r} not in {str(ei.value)!r}"
-    return ei.value
 
 
 def span(shape, strides) -> tuple[int, int]:
