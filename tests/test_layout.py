@@ -7,10 +7,11 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import raises  # the shared exact-Status assertion
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from infiniop import DType, InfiniError, Status, TensorDescriptor
+from infiniop import DType, Status, TensorDescriptor
 from infiniop.layout import (
     Layout,
     broadcast_shape,
@@ -24,13 +25,6 @@ from infiniop.layout import (
 F32 = DType.F32
 
 
-def raises(status, fn, *args, match=None, **kw):
-    with pytest.raises(InfiniError) as ei:
-        fn(*args, **kw)
-    assert ei.value.status is status, f"expected {status.name}, got {ei.value!r}"
-    if match is not None:
-        assert match in str(ei.value), f"{match!r} not in {str(ei.value)!r}"
-    return ei.value
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,10 +85,16 @@ def plan_launch(info, cfg: LaunchConfig) -> tuple[codegen.KernelSource, list, di
         nprog, per = grid_for(_cdiv(n, block), cfg)
         ks = codegen.flat_source(expr, dtypes, info.pattern, tag=f"ew_{info.spec.key}")
         return ks, [n, per, nprog], {"BLOCK": block}, nprog, cfg.warps_for(block)
-    ndim = lay.ndim
+    ks = codegen.strided_source(expr, dtypes, info.pattern, lay.ndim, tag=f"ew_{info.spec.key}")
+    return (ks, *row_tiles(lay, info.pattern, cfg, tiled=info.kind == "tiled"))
+
+
+def row_tiles(lay, pattern: str, cfg: LaunchConfig, tiled: bool = False):
+    """Scalar arguments, tile constexprs, program count and warps of the strided kernel for a
+    normalised layout (shared by elementwise and rearrange)."""
     inner = lay.shape[-1]
-    rows = n // inner
-    if info.kind == "tiled":  # square tiles: the transposed operand is dense along rows
+    rows = lay.numel // inner
+    if tiled:  # square tiles: the transposed operand is dense along rows
         bc = min(next_pow2(inner), cfg.tile)
         br = min(next_pow2(rows), cfg.tile)
     else:
@@ -96,15 +102,13 @@ def plan_launch(info, cfg: LaunchConfig) -> tuple[codegen.KernelSource, list, di
         br = min(next_pow2(rows), max(1, cfg.block // bc))
     tiles_c = _cdiv(inner, bc)
     nprog, per = grid_for(_cdiv(rows, br) * tiles_c, cfg)
-    pattern = info.pattern
     strides = []
     for j, st in enumerate(lay.strides):
         strides += list(st[:-1])
         if pattern[j] == "g":
             strides.append(st[-1])
     scalars = [rows, inner, tiles_c, per, nprog] + list(lay.shape[1:-1]) + strides
-    ks = codegen.strided_source(expr, dtypes, pattern, ndim, tag=f"ew_{info.spec.key}")
-    return ks, scalars, {"BR": br, "BC": bc}, nprog, cfg.warps_for(br * bc)
+    return scalars, {"BR": br, "BC": bc}, nprog, cfg.warps_for(br * bc)
 
 
 class ElementwiseKernel:

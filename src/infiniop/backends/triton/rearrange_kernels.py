@@ -24,7 +24,7 @@ from ...dtype import DType
 from ...layout import normalize
 from ...status import InfiniError, Status
 from . import codegen
-from .elementwise import Launch, _cdiv, grid_for
+from .elementwise import Launch, _cdiv, grid_for, row_tiles
 from .memory import Operand
 from .vendors import LaunchConfig, next_pow2
 
@@ -124,20 +124,8 @@ class RearrangeRun:
             ks = codegen.flat_source(_copy_expr(), [dt, dt], pattern, tag="copy")
             return Launch(ks, [n, per, nprog], {"BLOCK": block}, nprog, cfg.warps_for(block),
                           ops, self._interpret, self._device_id)
-        inner = lay.shape[-1]
-        rows = n // inner
-        bc = min(next_pow2(inner), cfg.block)
-        br = min(next_pow2(rows), max(1, cfg.block // bc))
-        tiles_c = _cdiv(inner, bc)
-        nprog, per = grid_for(_cdiv(rows, br) * tiles_c, cfg)
-        strides = []
-        for j, st in enumerate(lay.strides):
-            strides += list(st[:-1])
-            if pattern[j] == "g":
-                strides.append(st[-1])
-        scalars = [rows, inner, tiles_c, per, nprog] + list(lay.shape[1:-1]) + strides
         ks = codegen.strided_source(_copy_expr(), [dt, dt], pattern, lay.ndim, tag="copy")
-        return Launch(ks, scalars, {"BR": br, "BC": bc}, nprog, cfg.warps_for(br * bc), ops,
+        return Launch(ks, *row_tiles(lay, pattern, cfg), ops,
                       self._interpret, self._device_id)
 
     def _transpose(self, w: int, ty: str) -> Launch:
