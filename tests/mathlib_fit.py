@@ -1,0 +1,78 @@
+"""Fitting mathlib's polynomial coefficients (support tool, not shipped; run to reproduce).
+
+``fit(f, powers, lo, hi, weight)`` finds c minimising max |weight(x) * (f(x) - sum c_k x^p_k)|
+over [lo, hi] (Lawson's iteratively reweighted least squares on a dense grid, in mpmath), then
+rounds the coefficients to the target float type one at a time, lowest power first, refitting
+the others after each rounding. Prints the coefficients as hex floats and the max weighted error.
+"""
+
+from __future__ import annotations
+
+import mpmath as mp
+import numpy as np
+
+
+def _lawson(f, powers, xs, weight, iters):
+    fx = [f(x) for x in xs]
+    wx = [weight(x) for x in xs]
+    lam = [mp.mpf(1)] * len(xs)
+    c = None
+    for _ in range(iters):
+        n = len(powers)
+        A = mp.matrix(n, n)
+        b = mp.matrix(n, 1)
+        for x, fv, w, l in zip(xs, fx, wx, lam):
+            row = [w * x ** p for p in powers]
+            for i in range(n):
+                b[i] += l * row[i] * w * fv
+                for j in range(n):
+                    A[i, j] += l * row[i] * row[j]
+        c = mp.lu_solve(A, b)
+        err = [abs(w * (fv - sum(c[i] * x ** p for i, p in enumerate(powers))))
+               for x, fv, w in zip(xs, fx, wx)]
+        tot = sum(l * e for l, e in zip(lam, err))
+        lam = [l * e / tot for l, e in zip(lam, err)]
+    return [c[i] for i in range(len(powers))]
+
+
+def max_err(f, powers, coeffs, xs, weight):
+    return max(abs(weight(x) * (f(x) - sum(c * x ** p for c, p in zip(coeffs, powers)))) for x in xs)
+
+
+def fit(f, powers, lo, hi, weight=lambda x: 1, ftype=np.float32, npts=400, iters=30, dps=50):
+    mp.mp.dps = dps
+    lo, hi = mp.mpf(lo), mp.mpf(hi)
+    xs = [lo + (hi - lo) * (1 - mp.cos(mp.pi * k / (npts - 1))) / 2 for k in range(npts)]
+    xs = [x for x in xs if x != 0] if any(p < 0 for p in powers) else xs
+    fixed = []
+    rest = list(powers)
+
+    def g_minus_fixed(x):
+        return f(x) - sum(c * x ** p for p, c in fixed)
+
+    while rest:
+        c = _lawson(g_minus_fixed, rest, xs, weight, iters)
+        fixed.append((rest[0], mp.mpf(float(ftype(c[0])))))
+        rest = rest[1:]
+    coeffs = [c for _, c in fixed]
+    e = max_err(f, powers, coeffs, xs, weight)
+    return [float(c) for c in coeffs], float(e)
+
+
+def show(name, coeffs, err):
+    print(f"{name}: max weighted error {err:.3e} (2^{np.log2(err):.1f})")
+    for c in coeffs:
+        print(f"    float.fromhex('{c.hex()}'),  # {c!r}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    which = sys.argv[1:] or ["exp_f32"]
+    if "exp_f32" in which:
+        # exp(r) = 1 + r + r^2/2 + (r^3/2) P(r), |r| <= ln2/2 (+ reduction slack)
+        def P(r):
+            return 2 * (mp.exp(r) - 1 - r - r * r / 2) / r ** 3 if r != 0 else mp.mpf(1) / 3
+        for deg in (3, 4, 5):
+            c, e = fit(P, list(range(deg + 1)), -0.3466, 0.3466, lambda r: abs(r) ** 3 / 2)
+            show(f"exp_f32 P deg {deg}", c, e)
