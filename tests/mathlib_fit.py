@@ -76,3 +76,11 @@ if __name__ == "__main__":
         for deg in (3, 4, 5):
             c, e = fit(P, list(range(deg + 1)), -0.3466, 0.3466, lambda r: abs(r) ** 3 / 2)
             show(f"exp_f32 P deg {deg}", c, e)
+    if "log_f32" in which:
+        # log(1+f) = 2 atanh(s) = 2s + s^3 Q(s^2), s = f/(2+f), |s| <= 0.17158 (m in [sqrt2/2, sqrt2))
+        def Q(s2):
+            s = mp.sqrt(s2)
+            return (2 * mp.atanh(s) - 2 * s) / s ** 3 if s2 != 0 else mp.mpf(2) / 3
+        for deg in (2, 3, 4):
+            c, e = fit(Q, list(range(deg + 1)), 0, 0.17158 ** 2, lambda s2: mp.sqrt(s2) ** 3)
+            show(f"log_f32 Q deg {deg}", c, e)

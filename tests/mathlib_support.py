@@ -282,7 +282,8 @@ def render_numba(fn, in_dtypes):
         if op == "input":
             e = f"x{args}"
         elif op == "const":
-            e = f"np.{nm}({args!r})" if dtype != "bool" else repr(bool(args))
+            e = f"np.{nm}({float(args)!r})" if dtype in FLOAT else f"np.{nm}({args!r})"
+            e = e.replace("(nan)", "(np.nan)").replace("(inf)", "(np.inf)").replace("(-inf)", "(-np.inf)")
         elif op == "fma":
             e = f"fma({v[0]}, {v[1]}, {v[2]})"
         elif op in _INT_IR and tm.nodes[args[0]][-1] in INT:

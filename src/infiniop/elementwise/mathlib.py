@@ -25,6 +25,13 @@ def _fast_two_sum(a, b):
     return s, b - (s - a)
 
 
+def _two_sum(a, b):
+    """s + e == a + b exactly, any order (Knuth)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
 def _two_prod(m, a, b):
     """p + e == a * b exactly (barring underflow)."""
     p = a * b
@@ -51,40 +58,51 @@ def _horner(m, x, coeffs):
     return acc
 
 
-def _exp_parts_f32(m, x):
-    """exp(x) = 2^n exp(rh + rl), exp(rh) ~ 1 + rh + h + c, for x in [-112, 89].
-
-    n is encoded in the bits of ``t``; r = x - n ln2 is exact as rh + rl (rh exact in one fma,
-    |rl| < 2^-21); h = RN(rh^2/2) and c = the rest of the series (incl. the rounding error of
-    h), so 1 + rh + h + c carries ~2^-31 absolute error. w = RN(h + c), u = RN(rh + w).
-    """
+def _exp_reduce_f32(m, x, xl=None):
+    """x + xl = n ln2 + rh + rl: n in the bits of ``t``, rh exact in one fma, |rl| < 2^-17."""
     t = m.fma(x, _F32_LOG2E, _F32_MAGIC)
     nf = t - _F32_MAGIC
     rh = m.fma(nf, -_F32_LN2_HI, x)
     rl = nf * -_F32_LN2_LO
+    return t, rh, (rl if xl is None else rl + xl)
+
+
+def _exp2_reduce_f32(m, x):
+    """x = n + f, f ln2 = rh + rl (n in the bits of ``t``)."""
+    t = x + _F32_MAGIC
+    f = x - (t - _F32_MAGIC)
+    rh = f * _F32_LN2_HI
+    return t, rh, m.fma(f, _F32_LN2_HI, -rh) + f * _F32_LN2_LO
+
+
+def _exp_parts_f32(m, rh):
+    """exp(rh) ~ 1 + rh + h + c, |rh| <= ln2/2: h = RN(rh^2/2) and c the rest of the series
+    (incl. the rounding error of h), so the sum carries ~2^-31 absolute error; u = RN(rh + RN(h + c)).
+    """
     hr = rh * 0.5
     h = rh * hr
     c = m.fma(h, rh * _horner(m, rh, _F32_EXP_P), m.fma(rh, hr, -h))
-    w = h + c
-    u = rh + w
-    return t, rh, rl, h, c, u
+    return h, c, rh + (h + c)
 
 
-def _exp_core_f32(m, x):
-    """exp(x) = 2^n (s + sl), s + sl normalised (|sl| <= ulp(s)), ~2^-31 relative error.
+def _exp_core_f32(m, x, xl=None, reduced=None):
+    """exp(x + xl) = 2^n (s + sl), s + sl normalised (|sl| <= ulp(s)), ~2^-31 relative error,
+    for x in [-112, 89] (n is encoded in the bits of ``t``).
 
-    The residual of s = RN(1 + RN(rh + RN(h + c))) is recovered by subtracting back in order of
-    decreasing magnitude: each step is exact (Sterbenz) or rounds a value below 2^-22.
+    The residual of s = RN(1 + u) is recovered by subtracting back in order of decreasing
+    magnitude: each step is exact (Sterbenz) or rounds a value below 2^-22.
     """
-    t, rh, rl, h, c, u = _exp_parts_f32(m, x)
+    t, rh, rl = reduced or _exp_reduce_f32(m, x, xl)
+    h, c, u = _exp_parts_f32(m, rh)
     s = 1.0 + u
     sl = m.fma(rl, s, (((1.0 - s) + rh) + h) + c)       # exp(rh + rl) ~ exp(rh) (1 + rl)
     return t, s, sl
 
 
-def _expm1_core_f32(m, x):
+def _expm1_core_f32(m, x, reduced=None):
     """exp(x) = 2^n (1 + u + ul), u + ul normalised and accurate relative to u."""
-    t, rh, rl, h, c, u = _exp_parts_f32(m, x)
+    t, rh, rl = reduced or _exp_reduce_f32(m, x)
+    h, c, u = _exp_parts_f32(m, rh)
     ul = m.fma(rl, u, rl + (((rh - u) + h) + c))
     return t, u, ul
 
@@ -113,22 +131,40 @@ def _copysign(m, y, x):
     return m.bitcast(mag | (m.bitcast(x, it) & sign), x.dtype)
 
 
+def _scale_f32(m, y, t, big):
+    """y * 2^n for n in [-151, 129]: 2^(n -+ 64) then 2^(+-64), each factor normal (``big``:
+    n > 0); a subnormal result is rounded once more at most."""
+    scale = m.where(big, _pow2_f32(m, t, -64), _pow2_f32(m, t, 64))
+    return (y * scale) * m.where(big, m.const(_hex("0x1p64"), "f32"), _hex("0x1p-64"))
+
+
 def exp(m, x):
     if x.dtype == "f32":
         xc = _clamp(m, x, -104.0, 89.0)
         t, s, sl = _exp_core_f32(m, xc)
-        y = s + sl
-        # 2^n = 2^(n+64) * 2^-64 or 2^(n-64) * 2^64: each factor normal for n in [-150, 129]
-        big = xc > 0.0
-        scale = m.where(big, _pow2_f32(m, t, -64), _pow2_f32(m, t, 64))
-        return (y * scale) * m.where(big, m.const(_hex("0x1p64"), "f32"), _hex("0x1p-64"))
+        return _scale_f32(m, s + sl, t, xc > 0.0)
     raise NotImplementedError(x.dtype)
 
 
-def _two_sum(a, b):
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
+def exp2(m, x):
+    if x.dtype == "f32":
+        xc = _clamp(m, x, -151.0, 129.0)
+        t, s, sl = _exp_core_f32(m, None, reduced=_exp2_reduce_f32(m, xc))
+        return _scale_f32(m, s + sl, t, xc > 0.0)
+    raise NotImplementedError(x.dtype)
+
+
+def expm1(m, x):
+    if x.dtype == "f32":
+        xc = _clamp(m, x, -17.5, 89.0)                      # expm1 < -1 + 2^-25 below -17.33
+        t, u, ul = _expm1_core_f32(m, xc)
+        # expm1(x) / 2 = S (1 + u + ul) - 1/2 with S = 2^(n-1) (no overflow at n = 128)
+        S = _pow2_f32(m, t, -1)
+        a, ae = _two_sum(S, m.const(-0.5, "f32"))
+        b, be = _fast_two_sum(a, S * u)
+        y = (b + m.fma(S, ul, be + ae)) * 2.0
+        return m.where(m.abs(x) < _hex("0x1p-25"), x, y)    # S u would lose subnormal bits
+    raise NotImplementedError(x.dtype)
 
 
 def _sigmoid_parts_f32(m, x):
@@ -176,4 +212,117 @@ def tanh(m, x):
         q = -bh * rh                                         # tanh|x| = -expm1(b) / (2 + expm1(b))
         rem = m.fma(-q, dl, -m.fma(q, dh, bh)) - bl
         return _copysign(m, m.fma(rem, rh, q), x)
+    raise NotImplementedError(x.dtype)
+
+
+# ---------------------------------------------------------------------------- log, f32
+
+_F32_SQRT_HALF_BITS = 0x3F3504F3             # f32(sqrt(1/2))
+_F32_LN2_HI16 = _hex("0x1.62e400p-1")        # ln 2 to 16 bits: k * LN2_HI16 exact for |k| < 256
+_F32_LN2_LO16 = _hex("0x1.7f7d1cp-20")       # ln 2 - LN2_HI16
+_F32_LOG_Q = (                               # 2 atanh(t/2) = t + t^3 Q(t^2), |t| <= 0.3432
+    _hex("0x1.555554p-4"), _hex("0x1.999beap-7"), _hex("0x1.23e9a2p-9"), _hex("0x1.ed7eccp-12"),
+)
+
+
+def _log_core_f32(m, xh, xl=None, kadj=None):
+    """log(xh + xl) = A + lo (~2^-31 relative error) for xh positive, normal, finite.
+
+    xh = 2^k m, m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh(s) = t + t^3 Q(t^2) with
+    t = 2s = 2f / (2 + f), f = m - 1: |t| <= 0.3432, so the series' tail is below 2^-6.7 of t
+    and a float32 evaluation of it is enough; t itself is a double-float (one division and its
+    exact residual). ``kadj`` (float) is added to k (pre-scaled subnormals).
+    """
+    xi = m.bitcast(xh, "i32")
+    k = (xi - _F32_SQRT_HALF_BITS) >> 23
+    f = m.bitcast(xi - (k << 23), "f32") - 1.0          # exact (Sterbenz)
+    if xl is not None:                                   # f + fl = m - 1 exactly, normalised
+        kc = m.where(k > 100, m.const(100, "i32"), k)      # 2^-k normal; xl negligible there
+        f, fl = _fast_two_sum(f, xl * m.bitcast((127 << 23) - (kc << 23), "f32"))
+    dh, dl = _fast_two_sum(m.const(2.0, "f32"), f)
+    f2 = f * 2.0
+    if xl is not None:
+        dl = dl + fl
+    r = 1.0 / dh
+    th = f2 * r
+    rem = m.fma(-th, dh, f2)
+    if xl is not None:
+        rem = m.fma(fl, 2.0, rem)
+    tl = m.fma(-th, dl, rem) * r
+    t2 = th * th
+    tl = m.fma(tl, t2 * 0.25, tl)                       # (th + tl)^3 Q ~ th^3 Q + th^2 tl / 4
+    corr = (th * t2) * _horner(m, t2, _F32_LOG_Q)
+    kf = m.cast(k, "f32") if kadj is None else m.cast(k, "f32") + kadj
+    a, ae = _fast_two_sum(kf * _F32_LN2_HI16, th)
+    lo = ae + ((tl + corr) + kf * _F32_LN2_LO16)
+    return a, lo
+
+
+def _log_specials(m, x, y):
+    """log-like results at 0 (-inf), below 0 (NaN), +inf and NaN (themselves)."""
+    y = m.where(x <= 3.4028234663852886e38, y, x)
+    y = m.where(x < 0.0, m.const(float("nan"), x.dtype), y)
+    return m.where(m.eq(x, 0.0), m.const(float("-inf"), x.dtype), y)
+
+
+def _prescale_subnormal_f32(m, x):
+    """(x * 2^24, -24) for subnormal x, else (x, 0), so the exponent field is meaningful."""
+    sub = x < _hex("0x1p-126")
+    return m.where(sub, x * _hex("0x1p24"), x), m.where(sub, m.const(-24.0, "f32"), 0.0)
+
+
+def log(m, x):
+    if x.dtype == "f32":
+        xs, kadj = _prescale_subnormal_f32(m, x)
+        a, lo = _log_core_f32(m, xs, kadj=kadj)
+        return _log_specials(m, x, a + lo)
+    raise NotImplementedError(x.dtype)
+
+
+def log1p(m, x):
+    if x.dtype == "f32":
+        uh, ul = _two_sum(m.const(1.0, "f32"), x)
+        a, lo = _log_core_f32(m, m.where(uh > 0.0, uh, 1.0), ul)
+        return _log_specials(m, uh, a + lo)
+    raise NotImplementedError(x.dtype)
+
+
+def _mul_df(m, a, lo, ch, cl):
+    """RN((a + lo) * (ch + cl)) for a double-float constant."""
+    return m.fma(a, ch, m.fma(a, cl, lo * ch))
+
+
+_F32_INV_LN2 = (_hex("0x1.715476p+0"), _hex("0x1.4ae0c0p-26"))
+_F32_LOG10E = (_hex("0x1.bcb7b2p-2"), _hex("-0x1.5b235ep-27"))
+
+
+def log2(m, x):
+    if x.dtype == "f32":
+        xs, kadj = _prescale_subnormal_f32(m, x)
+        a, lo = _log_core_f32(m, xs, kadj=kadj)
+        return _log_specials(m, x, _mul_df(m, a, lo, *_F32_INV_LN2))
+    raise NotImplementedError(x.dtype)
+
+
+def log10(m, x):
+    if x.dtype == "f32":
+        xs, kadj = _prescale_subnormal_f32(m, x)
+        a, lo = _log_core_f32(m, xs, kadj=kadj)
+        return _log_specials(m, x, _mul_df(m, a, lo, *_F32_LOG10E))
+    raise NotImplementedError(x.dtype)
+
+
+def atanh(m, x):
+    if x.dtype == "f32":
+        ax = m.abs(x)
+        nh, nl = _fast_two_sum(m.const(1.0, "f32"), ax)
+        dh, dl = _fast_two_sum(m.const(1.0, "f32"), -ax)
+        r = 1.0 / dh
+        yh = nh * r                                          # (1 + |x|) / (1 - |x|) = yh + yl
+        yl = m.fma(-yh, dl, m.fma(-yh, dh, nh) + nl) * r
+        a, lo = _log_core_f32(m, _clamp(m, yh, 1.0, 1e30), yl)
+        y = (a + lo) * 0.5
+        y = m.where(ax < _hex("0x1p-12"), ax, y)             # atanh(x) rounds to x
+        y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), m.const(float("inf"), "f32"), float("nan")))
+        return _copysign(m, m.where(m.isnan(x), x, y), x)
     raise NotImplementedError(x.dtype)
