@@ -84,3 +84,34 @@ if __name__ == "__main__":
         for deg in (2, 3, 4):
             c, e = fit(Q, list(range(deg + 1)), 0, 0.17158 ** 2, lambda s2: mp.sqrt(s2) ** 3)
             show(f"log_f32 Q deg {deg}", c, e)
+    if "f32_via_f64" in which:
+        # float64 helpers for the float32 erf family: ~2^-36 relative is plenty
+        def E(r):
+            return (mp.exp(r) - 1 - r) / r ** 2 if r != 0 else mp.mpf(1) / 2
+        c, e = fit(E, list(range(7)), -0.3466, 0.3466, lambda r: r * r, ftype=np.float64, iters=12)
+        show("exp f64 (r^2 weighted): exp(r) = 1 + r + r^2 E(r)", c, e)
+
+        def ERF(x2):
+            x = mp.sqrt(x2)
+            return mp.erf(x) / x if x2 != 0 else 2 / mp.sqrt(mp.pi)
+        c, e = fit(ERF, list(range(7)), 0, 0.75 ** 2, lambda x2: 1, ftype=np.float64, iters=12)
+        show("erf(x)/x = P(x^2), |x| <= 0.75", c, e)
+
+        K = 3
+        vlo, vhi = 1 / (11 + K), 1 / K
+        vc = (vlo + vhi) / 2
+        print("vc", float(vc).hex())
+
+        def G(w):
+            x = 1 / (w + vc) - K
+            return (x + K) * mp.erfc(x) * mp.exp(x * x)
+        c, e = fit(G, list(range(12)), vlo - vc, vhi - vc, lambda w: 1 / G(w), ftype=np.float64,
+                   iters=12, npts=250)
+        show(f"(z + {K}) exp(z^2) erfc(z) = G(1/(z + {K}) - vc), 0 <= z <= 11", c, e)
+
+        def H(t):
+            x = K * (1 + t) / (1 - t)
+            return (1 + 2 * x) * mp.erfc(x) * mp.exp(x * x)
+        c, e = fit(H, list(range(14)), -1, (11 - K) / (11 + K), lambda t: 1, ftype=np.float64,
+                   iters=12, npts=250)
+        show(f"(1 + 2x) exp(x^2) erfc(x) = H(t), t = (x - {K})/(x + {K})", c, e)

@@ -326,3 +326,106 @@ def atanh(m, x):
         y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), m.const(float("inf"), "f32"), float("nan")))
         return _copysign(m, m.where(m.isnan(x), x, y), x)
     raise NotImplementedError(x.dtype)
+
+
+# ---------------------------------------------------------------------------- erf family, f32
+# Computed in float64 (exact products, 2^-34 relative before the final rounding): the error
+# function has no cheap float32 double-float form (its series and erfc's asymptotic form both
+# need several exact leading terms). float64 ops take two 8-lane vectors per 16 floats.
+
+_F64_MAGIC = 6755399441055744.0             # 1.5 * 2^52
+_F64_MAGIC_BITS = 0x4338000000000000
+_F64_LOG2E = _hex("0x1.71547652b82fep+0")
+_F64_LN2_HI = _hex("0x1.62e42fee00000p-1")   # 32 bits: n * LN2_HI exact for |n| < 2^20
+_F64_LN2_LO = _hex("0x1.a39ef35793c76p-33")
+_F64_EXP_LOWACC = (  # exp(r) = 1 + r + r^2 E(r), |r| <= ln2/2, 2^-39.6
+    _hex('0x1.ffffffffeae38p-2'), _hex('0x1.5555557e958c8p-3'), _hex('0x1.5555558a86929p-5'),
+    _hex('0x1.1110a136b489ep-7'), _hex('0x1.6c1622bb3bdc8p-10'), _hex('0x1.a18702c72f5b5p-13'),
+    _hex('0x1.a18b4561fa329p-16'),
+)
+_F64_ERF_SMALL = (  # erf(x) = x P(x^2), |x| <= 0.75, 2^-35.2
+    _hex('0x1.20dd75040ddc2p+0'), _hex('-0x1.812746638fb04p-2'), _hex('0x1.ce2eff38627b5p-4'),
+    _hex('-0x1.b8271621d3ee0p-6'), _hex('0x1.55e41d1249c59p-8'), _hex('-0x1.b6303e9b36bf5p-11'),
+    _hex('0x1.8d6e76f293241p-14'),
+)
+_F64_ERFC_G = (  # (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 11, 2^-34.1
+    _hex("0x1.4b31af86073d1p+0"), _hex("0x1.c6b1be2cfb71bp+2"), _hex("0x1.db61ed52d35a8p+4"),
+    _hex("0x1.6eff1830eb0a2p+6"), _hex("0x1.7b4835fdb0e3ep+7"), _hex("0x1.5812f90df32a5p+7"),
+    _hex("-0x1.213d14fce99d1p+8"), _hex("-0x1.dda08a1116412p+9"), _hex("0x1.de047d0ee8e6fp+7"),
+    _hex("0x1.ee18b3258443dp+11"), _hex("0x1.43817c5da647dp+7"), _hex("-0x1.bb484e421da06p+13"),
+)
+_F64_ERFC_VC = _hex("0x1.9e79e79e79e7ap-3")
+
+
+def _i64(v):
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _exp_f64_lowacc(m, x):
+    """exp(x) for float64 x in [-700, 700], ~2^-39 relative error (the float32 paths' need)."""
+    t = m.fma(x, _F64_LOG2E, _F64_MAGIC)
+    nf = t - _F64_MAGIC
+    r = m.fma(nf, -_F64_LN2_LO, m.fma(nf, -_F64_LN2_HI, x))
+    p = m.fma(r * r, _horner(m, r, _F64_EXP_LOWACC), r) + 1.0
+    bits = (m.bitcast(t, "i64") << 52) + _i64((1023 - _F64_MAGIC_BITS) << 52)
+    return p * m.bitcast(bits, "f64")
+
+
+def _recip_f64_via_f32(m, d):
+    """1 / d for float64 d (normal as float32): a float32 division + one Newton step, ~2^-46."""
+    r = m.cast(1.0 / m.cast(d, "f32"), "f64")
+    return r * m.fma(-d, r, 2.0)
+
+
+def _erfc_large_f64(m, z):
+    """erfc(z) for float64 z >= 0 (clamped to 11; erfc(11) < 2^-180), ~2^-34 relative, with
+    x2 = z^2 passed in exactly when the caller has it."""
+    return _erfc_scaled_f64(m, z, z * z)
+
+
+def _erfc_scaled_f64(m, z, z2):
+    """erfc(z) = exp(-z^2) v G(v - VC), v = 1/(z + 3): one division; z2 = z^2 (exact when the
+    caller has it)."""
+    zc = m.where(z > 11.0, m.const(11.0, "f64"), z)
+    z2 = m.where(z2 > 121.0, m.const(121.0, "f64"), z2)
+    v = _recip_f64_via_f32(m, zc + 3.0)
+    return _exp_f64_lowacc(m, -z2) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
+
+
+def erf(m, x):
+    if x.dtype == "f32":
+        xd = m.cast(x, "f64")
+        ax = m.abs(xd)
+        small = xd * _horner(m, xd * xd, _F64_ERF_SMALL)
+        large = _copysign(m, 1.0 - _erfc_large_f64(m, ax), xd)
+        return m.cast(m.where(ax < 0.75, small, large), "f32")
+    raise NotImplementedError(x.dtype)
+
+
+def erfc(m, x):
+    if x.dtype == "f32":
+        xd = m.cast(x, "f64")
+        ax = m.abs(xd)
+        small = 1.0 - xd * _horner(m, xd * xd, _F64_ERF_SMALL)
+        q = _erfc_large_f64(m, ax)
+        large = m.where(xd > 0.0, q, 2.0 - q)
+        return m.cast(m.where(ax < 0.75, small, large), "f32")
+    raise NotImplementedError(x.dtype)
+
+
+_F64_SQRT2 = _hex("0x1.6a09e667f3bcdp+0")
+_F64_SQRT_HALF = _hex("0x1.6a09e667f3bcdp-1")
+
+
+def gelu(m, x):
+    """x * Phi(x) = x * erfc(-x / sqrt 2) / 2 (the erf form)."""
+    if x.dtype == "f32":
+        xd = m.cast(m.where(x < -15.0, m.const(-15.0, "f32"), x), "f64")  # gelu(-15) rounds to -0
+        y = m.abs(xd)
+        q = _erfc_scaled_f64(m, y * _F64_SQRT_HALF, (y * y) * 0.5) * 0.5   # Phi(-|x|)
+        g = m.cast(xd * m.where(xd < 0.0, q, 1.0 - q), "f32")
+        # below 2^-20, x/2 + x^2/sqrt(2 pi) in one float32 rounding (x/2 may be a subnormal tie)
+        tiny = m.fma(x, x * _hex("0x1.988454p-2"), x * 0.5)
+        return m.where(m.abs(x) < _hex("0x1p-20"), tiny, g)
+    raise NotImplementedError(x.dtype)
