@@ -115,3 +115,18 @@ if __name__ == "__main__":
         c, e = fit(H, list(range(14)), -1, (11 - K) / (11 + K), lambda t: 1, ftype=np.float64,
                    iters=12, npts=250)
         show(f"(1 + 2x) exp(x^2) erfc(x) = H(t), t = (x - {K})/(x + {K})", c, e)
+    if "f64" in which:
+        def P(r):
+            return 2 * (mp.exp(r) - 1 - r - r * r / 2) / r ** 3 if r != 0 else mp.mpf(1) / 3
+        for deg in (8, 9, 10):
+            c, e = fit(P, list(range(deg + 1)), -0.3466, 0.3466, lambda r: abs(r) ** 3 / 2,
+                       ftype=np.float64, iters=15, npts=300, dps=60)
+            show(f"exp_f64 P deg {deg}", c, e)
+
+        def Q(t2):
+            t = mp.sqrt(t2)
+            return (2 * mp.atanh(t / 2) - t) / t ** 3 if t2 != 0 else mp.mpf(1) / 12
+        for deg in (7, 8, 9):
+            c, e = fit(Q, list(range(deg + 1)), 0, 0.3432 ** 2, lambda t2: t2,
+                       ftype=np.float64, iters=15, npts=300, dps=60)
+            show(f"log_f64 Q deg {deg} (weight t^2: error relative to t)", c, e)

@@ -430,3 +430,19 @@ def same_bits(a, b):
     a, b = np.asarray(a), np.asarray(b)
     it = {4: np.int32, 8: np.int64, 2: np.int16}[a.dtype.itemsize]
     return bool(np.all((a.view(it) == b.view(it)) | (np.isnan(a) & np.isnan(b))))
+
+
+def sample_f64(intervals, n=1 << 18, seed=0):
+    """Like :func:`sample_f32` for float64."""
+    rng = np.random.default_rng(seed)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 5e-324, -5e-324,
+                         2.2250738585072014e-308, -2.2250738585072014e-308,
+                         1.7976931348623157e308, -1.7976931348623157e308])
+    parts = [specials,
+             rng.integers(0, 1 << 63, n // 8, dtype=np.uint64).view(np.float64)
+             * rng.choice([-1, 1], n // 8),
+             rng.choice([-1, 1], n // 8) * np.exp2(rng.uniform(-1075, 12, n // 8))]
+    per = (n - sum(len(p) for p in parts)) // max(1, len(intervals))
+    for lo, hi in intervals:
+        parts.append(rng.uniform(lo, hi, per))
+    return np.concatenate(parts)

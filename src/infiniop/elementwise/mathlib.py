@@ -5,18 +5,103 @@ where, bit casts, integer ops): range reduction + polynomials, FMA-based error-f
 transformations where precision is needed; no tables, no libm calls, no branches on data. So
 every backend renders the same operations and computes the same bits.
 
-Two algorithms per function, chosen at trace time from ``x.dtype``:
-- "f32": float32 arithmetic (16 lanes per AVX-512 vector), with double-float steps where a
-  plain float32 evaluation would lose the last bit; fp16/bf16 are computed with it and rounded
-  once.
-- "f64": float64 arithmetic.
+One algorithm per function, instantiated at trace time for ``x.dtype`` ("f32" or "f64") with
+that type's constants (:data:`_T`): float32 arithmetic (16 lanes per AVX-512 vector) with
+double-float steps where a plain float32 evaluation would lose the last bit, so results are
+nearly always correctly rounded; fp16/bf16 are computed in float32 and rounded once more. The
+error-function family is computed in float64 for float32 (see there).
+
+Notation: a "double-float" is an unevaluated sum hi + lo of two floats (|lo| <= ulp(hi));
+RN(a) is a rounded to nearest even.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 _hex = float.fromhex
 
-# ---------------------------------------------------------------------------- double-float steps
+
+def _wrap(v, bits):
+    """A Python int as the two's complement value of a ``bits``-wide integer."""
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >= 1 << (bits - 1) else v
+
+
+# ---------------------------------------------------------------------------- per-type constants
+
+_T = {
+    "f32": SimpleNamespace(
+        int="i32", width=32, mant=23, bias=127,
+        magic=12582912.0, magic_bits=0x4B400000,          # 1.5 * 2^mant: adding rounds to an int
+        log2e=_hex("0x1.715476p+0"),
+        ln2_hi=_hex("0x1.62e430p-1"),                     # RN(ln 2): n * ln2_hi - x exact in an fma
+        ln2_lo=_hex("-0x1.05c610p-29"),
+        ln2_hi_k=_hex("0x1.62e400p-1"),                   # 16 bits: k * ln2_hi_k exact, |k| < 256
+        ln2_lo_k=_hex("0x1.7f7d1cp-20"),
+        # exp(r) = 1 + r + r^2/2 + r^3/2 P(r), |r| <= ln2/2: 2^-33.2
+        exp_p=(_hex("0x1.555556p-2"), _hex("0x1.5554e8p-4"), _hex("0x1.110ffep-6"),
+               _hex("0x1.6d4ccap-9"), _hex("0x1.a250b0p-12")),
+        # 2 atanh(t/2) = t + t^3 Q(t^2), |t| <= 0.3432: 2^-38.1
+        log_q=(_hex("0x1.555554p-4"), _hex("0x1.999beap-7"), _hex("0x1.23e9a2p-9"),
+               _hex("0x1.ed7eccp-12")),
+        sqrt_half_bits=0x3F3504F3,
+        inv_ln2=(_hex("0x1.715476p+0"), _hex("0x1.4ae0c0p-26")),
+        log10e=(_hex("0x1.bcb7b2p-2"), _hex("-0x1.5b235ep-27")),
+        tiny=_hex("0x1p-126"), tiny_scale=_hex("0x1p24"), tiny_k=-24.0,
+        big=3.4028234663852886e38,
+        exp_lo=-104.0, exp_hi=89.0, exp2_lo=-151.0, exp2_hi=129.0,
+        scale_split=64,                                   # 2^n = 2^(n -+ 64) 2^(+-64)
+        expm1_lo=-17.5, expm1_tiny=_hex("0x1p-25"),       # expm1 < -1 + 2^-25 below -17.33
+        sig_lo=-112.0, sig_hi=20.0,                       # sigmoid rounds to 0 / 1 beyond
+        tanh_2x_max=20.0,                                 # tanh rounds to 1 above 9.01
+        atanh_tiny=_hex("0x1p-12"),
+        log1p_kmax=100,
+    ),
+    "f64": SimpleNamespace(
+        int="i64", width=64, mant=52, bias=1023,
+        magic=6755399441055744.0, magic_bits=0x4338000000000000,
+        log2e=_hex("0x1.71547652b82fep+0"),
+        ln2_hi=_hex("0x1.62e42fefa39efp-1"),
+        ln2_lo=_hex("0x1.abc9e3b39803fp-56"),
+        ln2_hi_k=_hex("0x1.62e42fee00000p-1"),            # 32 bits
+        ln2_lo_k=_hex("0x1.a39ef35793c76p-33"),
+        exp_p=(_hex("0x1.555555555555cp-2"), _hex("0x1.5555555555555p-4"),  # 2^-63.9
+               _hex("0x1.111111110e9a5p-6"), _hex("0x1.6c16c16c16b28p-9"),
+               _hex("0x1.a01a01b479925p-12"), _hex("0x1.a01a01a34b3b2p-15"),
+               _hex("0x1.71ddedce86fe0p-18"), _hex("0x1.27e4e501fdb36p-21"),
+               _hex("0x1.af6fc5e0805eep-25"), _hex("0x1.1f61161867beap-28")),
+        log_q=(_hex("0x1.5555555555555p-4"), _hex("0x1.9999999999d11p-7"),       # 2^-66
+               _hex("0x1.24924924397cfp-9"), _hex("0x1.c71c724b6d328p-12"),
+               _hex("0x1.745ce1c5e6e04p-14"), _hex("0x1.3b20252108103p-16"),
+               _hex("0x1.0f673372fa0bcp-18"), _hex("0x1.0f0e801fe1008p-20")),
+        sqrt_half_bits=0x3FE6A09E667F3BCD,
+        inv_ln2=(_hex("0x1.71547652b82fep+0"), _hex("0x1.777d0ffda0d24p-56")),
+        log10e=(_hex("0x1.bcb7b1526e50ep-2"), _hex("0x1.95355baaafad3p-57")),
+        tiny=_hex("0x1p-1022"), tiny_scale=_hex("0x1p54"), tiny_k=-54.0,
+        big=1.7976931348623157e308,
+        exp_lo=-746.0, exp_hi=710.0, exp2_lo=-1076.0, exp2_hi=1025.0,
+        scale_split=600,
+        expm1_lo=-38.5, expm1_tiny=_hex("0x1p-54"),
+        sig_lo=-760.0, sig_hi=40.0,
+        tanh_2x_max=40.0,
+        atanh_tiny=_hex("0x1p-27"),
+        log1p_kmax=1000,
+    ),
+}
+
+
+def _consts(x):
+    if x.dtype not in _T:
+        raise TypeError(f"mathlib functions take f32 or f64 values, not {x.dtype}")
+    return _T[x.dtype]
+
+
+def _c(m, v, like):
+    return m.const(v, like.dtype)
+
+
+# ---------------------------------------------------------------------------- small steps
 
 
 def _fast_two_sum(a, b):
@@ -38,19 +123,6 @@ def _two_prod(m, a, b):
     return p, m.fma(a, b, -p)
 
 
-# ---------------------------------------------------------------------------- exp, f32
-
-_F32_MAGIC = 12582912.0                      # 1.5 * 2^23: adding it rounds to an integer
-_F32_MAGIC_BITS = 0x4B400000
-_F32_LOG2E = _hex("0x1.715476p+0")
-_F32_LN2_HI = _hex("0x1.62e430p-1")          # f32(ln 2): n * LN2_HI is exact in an fma
-_F32_LN2_LO = _hex("-0x1.05c610p-29")        # ln 2 - LN2_HI
-_F32_EXP_P = (                               # exp(r) = 1 + r + r^2/2 + r^3/2 * P(r), |r| <= ln2/2
-    _hex("0x1.555556p-2"), _hex("0x1.5554e8p-4"), _hex("0x1.110ffep-6"),
-    _hex("0x1.6d4ccap-9"), _hex("0x1.a250b0p-12"),
-)
-
-
 def _horner(m, x, coeffs):
     acc = m.const(coeffs[-1], x.dtype)
     for c in reversed(coeffs[:-1]):
@@ -58,191 +130,190 @@ def _horner(m, x, coeffs):
     return acc
 
 
-def _exp_reduce_f32(m, x, xl=None):
-    """x + xl = n ln2 + rh + rl: n in the bits of ``t``, rh exact in one fma, |rl| < 2^-17."""
-    t = m.fma(x, _F32_LOG2E, _F32_MAGIC)
-    nf = t - _F32_MAGIC
-    rh = m.fma(nf, -_F32_LN2_HI, x)
-    rl = nf * -_F32_LN2_LO
+def _clamp(m, x, lo, hi):
+    """x limited to [lo, hi]; NaN stays NaN (a compare + select each: x86 min/max)."""
+    x = m.where(x < lo, _c(m, lo, x), x)
+    return m.where(x > hi, _c(m, hi, x), x)
+
+
+def _copysign(m, y, x):
+    T = _consts(x)
+    sign = -(1 << (T.width - 1))
+    mag = m.bitcast(y, T.int) & ~sign
+    return m.bitcast(mag | (m.bitcast(x, T.int) & sign), x.dtype)
+
+
+def _pow2(m, t, k, like):
+    """2^(n + k) from the magic-number result t = MAGIC + n (n + k + bias in [1, 2 bias])."""
+    T = _consts(like)
+    bits = (m.bitcast(t, T.int) << T.mant) + _wrap((T.bias + k - T.magic_bits) << T.mant, T.width)
+    return m.bitcast(bits, like.dtype)
+
+
+def _scale(m, y, t, big):
+    """y * 2^n over the whole exponent range: 2^(n -+ s) then 2^(+-s), each factor normal
+    (``big``: n > 0); a subnormal result is rounded once more at most."""
+    s = _consts(y).scale_split
+    f = m.where(big, _pow2(m, t, -s, y), _pow2(m, t, s, y))
+    return (y * f) * m.where(big, _c(m, 2.0 ** s, y), 2.0 ** -s)
+
+
+# ---------------------------------------------------------------------------- exp family
+
+
+def _exp_reduce(m, x, xl=None):
+    """x + xl = n ln2 + rh + rl: n in the bits of ``t``, rh exact (one fma), rl tiny."""
+    T = _consts(x)
+    t = m.fma(x, T.log2e, T.magic)
+    nf = t - T.magic
+    rh = m.fma(nf, -T.ln2_hi, x)
+    rl = nf * -T.ln2_lo
     return t, rh, (rl if xl is None else rl + xl)
 
 
-def _exp2_reduce_f32(m, x):
+def _exp2_reduce(m, x):
     """x = n + f, f ln2 = rh + rl (n in the bits of ``t``)."""
-    t = x + _F32_MAGIC
-    f = x - (t - _F32_MAGIC)
-    rh = f * _F32_LN2_HI
-    return t, rh, m.fma(f, _F32_LN2_HI, -rh) + f * _F32_LN2_LO
+    T = _consts(x)
+    t = x + T.magic
+    f = x - (t - T.magic)
+    rh = f * T.ln2_hi
+    return t, rh, m.fma(f, T.ln2_hi, -rh) + f * T.ln2_lo
 
 
-def _exp_parts_f32(m, rh):
-    """exp(rh) ~ 1 + rh + h + c, |rh| <= ln2/2: h = RN(rh^2/2) and c the rest of the series
-    (incl. the rounding error of h), so the sum carries ~2^-31 absolute error; u = RN(rh + RN(h + c)).
-    """
+def _exp_parts(m, rh):
+    """exp(rh) ~ 1 + rh + h + c for |rh| <= ln2/2: h = RN(rh^2/2) and c the rest of the series
+    including h's rounding error, so the sum is exact to ~2^-31 (f32) / 2^-63 (f64);
+    u = RN(rh + RN(h + c))."""
+    T = _consts(rh)
     hr = rh * 0.5
     h = rh * hr
-    c = m.fma(h, rh * _horner(m, rh, _F32_EXP_P), m.fma(rh, hr, -h))
+    c = m.fma(h, rh * _horner(m, rh, T.exp_p), m.fma(rh, hr, -h))
     return h, c, rh + (h + c)
 
 
-def _exp_core_f32(m, x, xl=None, reduced=None):
-    """exp(x + xl) = 2^n (s + sl), s + sl normalised (|sl| <= ulp(s)), ~2^-31 relative error,
-    for x in [-112, 89] (n is encoded in the bits of ``t``).
+def _exp_core(m, x, xl=None, reduced=None):
+    """exp(x + xl) = 2^n (s + sl), s + sl normalised, for x within the clamps.
 
     The residual of s = RN(1 + u) is recovered by subtracting back in order of decreasing
-    magnitude: each step is exact (Sterbenz) or rounds a value below 2^-22.
+    magnitude: each step is exact (Sterbenz) or rounds a value below ulp(s).
     """
-    t, rh, rl = reduced or _exp_reduce_f32(m, x, xl)
-    h, c, u = _exp_parts_f32(m, rh)
+    t, rh, rl = reduced or _exp_reduce(m, x, xl)
+    h, c, u = _exp_parts(m, rh)
     s = 1.0 + u
     sl = m.fma(rl, s, (((1.0 - s) + rh) + h) + c)       # exp(rh + rl) ~ exp(rh) (1 + rl)
     return t, s, sl
 
 
-def _expm1_core_f32(m, x, reduced=None):
+def _expm1_core(m, x, reduced=None):
     """exp(x) = 2^n (1 + u + ul), u + ul normalised and accurate relative to u."""
-    t, rh, rl = reduced or _exp_reduce_f32(m, x)
-    h, c, u = _exp_parts_f32(m, rh)
+    t, rh, rl = reduced or _exp_reduce(m, x)
+    h, c, u = _exp_parts(m, rh)
     ul = m.fma(rl, u, rl + (((rh - u) + h) + c))
     return t, u, ul
 
 
-def _pow2_f32(m, t, bias):
-    """2^(n + bias) as f32 from the magic-number result t (n + bias + 127 in [1, 254])."""
-    bits = (m.bitcast(t, "i32") << 23) + _wrap_i32((127 + bias - _F32_MAGIC_BITS) << 23)
-    return m.bitcast(bits, "f32")
-
-
-def _wrap_i32(v):
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
-def _clamp(m, x, lo, hi):
-    """x limited to [lo, hi]; NaN stays NaN (a compare + select each: x86 min/max)."""
-    x = m.where(x < lo, m.const(lo, x.dtype), x)
-    return m.where(x > hi, m.const(hi, x.dtype), x)
-
-
-def _copysign(m, y, x):
-    it = "i32" if x.dtype == "f32" else "i64"
-    sign = -(1 << 31) if it == "i32" else -(1 << 63)
-    mag = m.bitcast(y, it) & ~sign
-    return m.bitcast(mag | (m.bitcast(x, it) & sign), x.dtype)
-
-
-def _scale_f32(m, y, t, big):
-    """y * 2^n for n in [-151, 129]: 2^(n -+ 64) then 2^(+-64), each factor normal (``big``:
-    n > 0); a subnormal result is rounded once more at most."""
-    scale = m.where(big, _pow2_f32(m, t, -64), _pow2_f32(m, t, 64))
-    return (y * scale) * m.where(big, m.const(_hex("0x1p64"), "f32"), _hex("0x1p-64"))
-
-
 def exp(m, x):
-    if x.dtype == "f32":
-        xc = _clamp(m, x, -104.0, 89.0)
-        t, s, sl = _exp_core_f32(m, xc)
-        return _scale_f32(m, s + sl, t, xc > 0.0)
-    raise NotImplementedError(x.dtype)
+    T = _consts(x)
+    xc = _clamp(m, x, T.exp_lo, T.exp_hi)
+    t, s, sl = _exp_core(m, xc)
+    return _scale(m, s + sl, t, xc > 0.0)
 
 
 def exp2(m, x):
-    if x.dtype == "f32":
-        xc = _clamp(m, x, -151.0, 129.0)
-        t, s, sl = _exp_core_f32(m, None, reduced=_exp2_reduce_f32(m, xc))
-        return _scale_f32(m, s + sl, t, xc > 0.0)
-    raise NotImplementedError(x.dtype)
+    T = _consts(x)
+    xc = _clamp(m, x, T.exp2_lo, T.exp2_hi)
+    t, s, sl = _exp_core(m, None, reduced=_exp2_reduce(m, xc))
+    return _scale(m, s + sl, t, xc > 0.0)
 
 
 def expm1(m, x):
-    if x.dtype == "f32":
-        xc = _clamp(m, x, -17.5, 89.0)                      # expm1 < -1 + 2^-25 below -17.33
-        t, u, ul = _expm1_core_f32(m, xc)
-        # expm1(x) / 2 = S (1 + u + ul) - 1/2 with S = 2^(n-1) (no overflow at n = 128)
-        S = _pow2_f32(m, t, -1)
-        a, ae = _two_sum(S, m.const(-0.5, "f32"))
-        b, be = _fast_two_sum(a, S * u)
-        y = (b + m.fma(S, ul, be + ae)) * 2.0
-        return m.where(m.abs(x) < _hex("0x1p-25"), x, y)    # S u would lose subnormal bits
-    raise NotImplementedError(x.dtype)
+    T = _consts(x)
+    xc = _clamp(m, x, T.expm1_lo, T.exp_hi)
+    t, u, ul = _expm1_core(m, xc)
+    # expm1(x) / 2 = S (1 + u + ul) - 1/2 with S = 2^(n-1) (no overflow at the top)
+    S = _pow2(m, t, -1, x)
+    a, ae = _two_sum(S, _c(m, -0.5, x))
+    b, be = _fast_two_sum(a, S * u)
+    y = (b + m.fma(S, ul, be + ae)) * 2.0
+    return m.where(m.abs(x) < T.expm1_tiny, x, y)          # S u would lose subnormal bits
 
 
-def _sigmoid_parts_f32(m, x):
-    """sigmoid(x) = Rh (1 + e1) * Z64 * 2^-64 for x in [-112, 20].
+# ---------------------------------------------------------------------------- sigmoid, silu, tanh
+
+
+def _sigmoid_parts(m, x):
+    """sigmoid(x) = Rh (1 + e1) * Z2 * 2^-s for x within [sig_lo, sig_hi].
 
     sigmoid(x) = Z / (Z + E) with exp(-x) = 2^n E, Z = 2^-n: no cancellation on either side,
-    and the scale Z64 = 2^(64 - n) is normal, so a subnormal result rounds once more at most.
+    and the scale Z2 = 2^(s - n) is normal, so a subnormal result rounds once more at most.
     """
-    t, s, sl = _exp_core_f32(m, -x)
-    z64 = m.bitcast(_wrap_i32((_F32_MAGIC_BITS + 191) << 23) - (m.bitcast(t, "i32") << 23), "f32")
-    dh, de = _two_sum(z64 * _hex("0x1p-64"), s)
+    T = _consts(x)
+    t, s, sl = _exp_core(m, -x)
+    z2 = _pow2(m, _c(m, 2.0 * T.magic, x) - t, T.scale_split, x)  # 2^(s - n); 2M - t = M - n
+    dh, de = _two_sum(z2 * 2.0 ** -T.scale_split, s)
     rh = 1.0 / dh
     e1 = m.fma(-rh, de + sl, m.fma(-rh, dh, 1.0))          # 1 / (Z + E) = rh (1 + e1)
-    return rh, e1, z64
+    return rh, e1, z2
 
 
 def sigmoid(m, x):
-    if x.dtype == "f32":
-        rh, e1, z64 = _sigmoid_parts_f32(m, _clamp(m, x, -112.0, 20.0))
-        return (m.fma(rh, e1, rh) * z64) * _hex("0x1p-64")
-    raise NotImplementedError(x.dtype)
+    T = _consts(x)
+    rh, e1, z2 = _sigmoid_parts(m, _clamp(m, x, T.sig_lo, T.sig_hi))
+    return (m.fma(rh, e1, rh) * z2) * 2.0 ** -T.scale_split
+
+
+def _x_times_sigmoid(m, x, xc, rh, e1, z2):
+    """x * rh (1 + e1) * Z: x * sigmoid with one rounding; x = xc within the clamps."""
+    T = _consts(x)
+    ph, pl = _two_prod(m, xc, rh)
+    return ((ph + m.fma(ph, e1, pl)) * z2) * 2.0 ** -T.scale_split
 
 
 def silu(m, x):
-    if x.dtype == "f32":
-        xc = _clamp(m, x, -112.0, 20.0)                       # silu(-112) rounds to -0
-        rh, e1, z64 = _sigmoid_parts_f32(m, xc)
-        ph, pl = _two_prod(m, xc, rh)
-        y = ((ph + m.fma(ph, e1, pl)) * z64) * _hex("0x1p-64")
-        return m.where(x > 20.0, x, y)
-    raise NotImplementedError(x.dtype)
+    T = _consts(x)
+    xc = _clamp(m, x, T.sig_lo, T.sig_hi)                  # silu(sig_lo) rounds to -0
+    y = _x_times_sigmoid(m, x, xc, *_sigmoid_parts(m, xc))
+    return m.where(x > T.sig_hi, x, y)
 
 
 def tanh(m, x):
-    if x.dtype == "f32":
-        b = _clamp(m, m.abs(x) * -2.0, -20.0, 0.0)
-        t, u, ul = _expm1_core_f32(m, b)
-        S = _pow2_f32(m, t, 0)                               # exp(b) = S (1 + u + ul), S <= 1
-        a, ae = _fast_two_sum(m.const(-1.0, "f32"), S)
-        bh, be = _fast_two_sum(a, S * u)
-        bl = m.fma(S, ul, be + ae)                           # expm1(b) = bh + bl, in (-1, 0]
-        dh, de = _fast_two_sum(m.const(2.0, "f32"), bh)
-        dl = de + bl                                         # 2 + expm1(b)
-        rh = 1.0 / dh
-        q = -bh * rh                                         # tanh|x| = -expm1(b) / (2 + expm1(b))
-        rem = m.fma(-q, dl, -m.fma(q, dh, bh)) - bl
-        return _copysign(m, m.fma(rem, rh, q), x)
-    raise NotImplementedError(x.dtype)
+    T = _consts(x)
+    b = _clamp(m, m.abs(x) * -2.0, -T.tanh_2x_max, 0.0)
+    t, u, ul = _expm1_core(m, b)
+    S = _pow2(m, t, 0, x)                                  # exp(b) = S (1 + u + ul), S <= 1
+    a, ae = _fast_two_sum(_c(m, -1.0, x), S)
+    bh, be = _fast_two_sum(a, S * u)
+    bl = m.fma(S, ul, be + ae)                             # expm1(b) = bh + bl, in (-1, 0]
+    dh, de = _fast_two_sum(_c(m, 2.0, x), bh)
+    dl = de + bl                                           # 2 + expm1(b)
+    rh = 1.0 / dh
+    q = -bh * rh                                           # tanh|x| = -expm1(b) / (2 + expm1(b))
+    rem = m.fma(-q, dl, -m.fma(q, dh, bh)) - bl
+    return _copysign(m, m.fma(rem, rh, q), x)
 
 
-# ---------------------------------------------------------------------------- log, f32
-
-_F32_SQRT_HALF_BITS = 0x3F3504F3             # f32(sqrt(1/2))
-_F32_LN2_HI16 = _hex("0x1.62e400p-1")        # ln 2 to 16 bits: k * LN2_HI16 exact for |k| < 256
-_F32_LN2_LO16 = _hex("0x1.7f7d1cp-20")       # ln 2 - LN2_HI16
-_F32_LOG_Q = (                               # 2 atanh(t/2) = t + t^3 Q(t^2), |t| <= 0.3432
-    _hex("0x1.555554p-4"), _hex("0x1.999beap-7"), _hex("0x1.23e9a2p-9"), _hex("0x1.ed7eccp-12"),
-)
+# ---------------------------------------------------------------------------- log family
 
 
-def _log_core_f32(m, xh, xl=None, kadj=None):
-    """log(xh + xl) = A + lo (~2^-31 relative error) for xh positive, normal, finite.
+def _log_core(m, xh, xl=None, kadj=None):
+    """log(xh + xl) = a + lo (~2^-31 / 2^-62 relative) for xh positive, normal, finite.
 
     xh = 2^k m, m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh(s) = t + t^3 Q(t^2) with
     t = 2s = 2f / (2 + f), f = m - 1: |t| <= 0.3432, so the series' tail is below 2^-6.7 of t
-    and a float32 evaluation of it is enough; t itself is a double-float (one division and its
+    and a plain evaluation of it is enough; t itself is a double-float (one division and its
     exact residual). ``kadj`` (float) is added to k (pre-scaled subnormals).
     """
-    xi = m.bitcast(xh, "i32")
-    k = (xi - _F32_SQRT_HALF_BITS) >> 23
-    f = m.bitcast(xi - (k << 23), "f32") - 1.0          # exact (Sterbenz)
-    if xl is not None:                                   # f + fl = m - 1 exactly, normalised
-        kc = m.where(k > 100, m.const(100, "i32"), k)      # 2^-k normal; xl negligible there
-        f, fl = _fast_two_sum(f, xl * m.bitcast((127 << 23) - (kc << 23), "f32"))
-    dh, dl = _fast_two_sum(m.const(2.0, "f32"), f)
-    f2 = f * 2.0
+    T = _consts(xh)
+    xi = m.bitcast(xh, T.int)
+    k = (xi - T.sqrt_half_bits) >> T.mant
+    f = m.bitcast(xi - (k << T.mant), xh.dtype) - 1.0      # exact (Sterbenz)
+    if xl is not None:                                     # f + fl = m - 1 exactly, normalised
+        kc = m.where(k > T.log1p_kmax, m.const(T.log1p_kmax, T.int), k)  # xl negligible there
+        f, fl = _fast_two_sum(f, xl * m.bitcast((T.bias - kc) << T.mant, xh.dtype))
+    dh, dl = _fast_two_sum(_c(m, 2.0, xh), f)
     if xl is not None:
         dl = dl + fl
+    f2 = f * 2.0
     r = 1.0 / dh
     th = f2 * r
     rem = m.fma(-th, dh, f2)
@@ -250,41 +321,26 @@ def _log_core_f32(m, xh, xl=None, kadj=None):
         rem = m.fma(fl, 2.0, rem)
     tl = m.fma(-th, dl, rem) * r
     t2 = th * th
-    tl = m.fma(tl, t2 * 0.25, tl)                       # (th + tl)^3 Q ~ th^3 Q + th^2 tl / 4
-    corr = (th * t2) * _horner(m, t2, _F32_LOG_Q)
-    kf = m.cast(k, "f32") if kadj is None else m.cast(k, "f32") + kadj
-    a, ae = _fast_two_sum(kf * _F32_LN2_HI16, th)
-    lo = ae + ((tl + corr) + kf * _F32_LN2_LO16)
-    return a, lo
+    tl = m.fma(tl, t2 * 0.25, tl)                          # (th + tl)^3 Q ~ th^3 Q + th^2 tl / 4
+    corr = (th * t2) * _horner(m, t2, T.log_q)
+    kf = m.cast(k, xh.dtype) if kadj is None else m.cast(k, xh.dtype) + kadj
+    a, ae = _fast_two_sum(kf * T.ln2_hi_k, th)
+    return a, ae + ((tl + corr) + kf * T.ln2_lo_k)
 
 
 def _log_specials(m, x, y):
     """log-like results at 0 (-inf), below 0 (NaN), +inf and NaN (themselves)."""
-    y = m.where(x <= 3.4028234663852886e38, y, x)
-    y = m.where(x < 0.0, m.const(float("nan"), x.dtype), y)
-    return m.where(m.eq(x, 0.0), m.const(float("-inf"), x.dtype), y)
+    y = m.where(x <= _consts(x).big, y, x)
+    y = m.where(x < 0.0, _c(m, float("nan"), x), y)
+    return m.where(m.eq(x, 0.0), _c(m, float("-inf"), x), y)
 
 
-def _prescale_subnormal_f32(m, x):
-    """(x * 2^24, -24) for subnormal x, else (x, 0), so the exponent field is meaningful."""
-    sub = x < _hex("0x1p-126")
-    return m.where(sub, x * _hex("0x1p24"), x), m.where(sub, m.const(-24.0, "f32"), 0.0)
-
-
-def log(m, x):
-    if x.dtype == "f32":
-        xs, kadj = _prescale_subnormal_f32(m, x)
-        a, lo = _log_core_f32(m, xs, kadj=kadj)
-        return _log_specials(m, x, a + lo)
-    raise NotImplementedError(x.dtype)
-
-
-def log1p(m, x):
-    if x.dtype == "f32":
-        uh, ul = _two_sum(m.const(1.0, "f32"), x)
-        a, lo = _log_core_f32(m, m.where(uh > 0.0, uh, 1.0), ul)
-        return _log_specials(m, uh, a + lo)
-    raise NotImplementedError(x.dtype)
+def _log_of(m, x):
+    """log(x) = a + lo for x > 0 (subnormals pre-scaled so the exponent field is meaningful)."""
+    T = _consts(x)
+    sub = x < T.tiny
+    xs = m.where(sub, x * T.tiny_scale, x)
+    return _log_core(m, xs, kadj=m.where(sub, _c(m, T.tiny_k, x), 0.0))
 
 
 def _mul_df(m, a, lo, ch, cl):
@@ -292,40 +348,40 @@ def _mul_df(m, a, lo, ch, cl):
     return m.fma(a, ch, m.fma(a, cl, lo * ch))
 
 
-_F32_INV_LN2 = (_hex("0x1.715476p+0"), _hex("0x1.4ae0c0p-26"))
-_F32_LOG10E = (_hex("0x1.bcb7b2p-2"), _hex("-0x1.5b235ep-27"))
+def log(m, x):
+    a, lo = _log_of(m, x)
+    return _log_specials(m, x, a + lo)
 
 
 def log2(m, x):
-    if x.dtype == "f32":
-        xs, kadj = _prescale_subnormal_f32(m, x)
-        a, lo = _log_core_f32(m, xs, kadj=kadj)
-        return _log_specials(m, x, _mul_df(m, a, lo, *_F32_INV_LN2))
-    raise NotImplementedError(x.dtype)
+    a, lo = _log_of(m, x)
+    return _log_specials(m, x, _mul_df(m, a, lo, *_consts(x).inv_ln2))
 
 
 def log10(m, x):
-    if x.dtype == "f32":
-        xs, kadj = _prescale_subnormal_f32(m, x)
-        a, lo = _log_core_f32(m, xs, kadj=kadj)
-        return _log_specials(m, x, _mul_df(m, a, lo, *_F32_LOG10E))
-    raise NotImplementedError(x.dtype)
+    a, lo = _log_of(m, x)
+    return _log_specials(m, x, _mul_df(m, a, lo, *_consts(x).log10e))
+
+
+def log1p(m, x):
+    uh, ul = _two_sum(_c(m, 1.0, x), x)
+    a, lo = _log_core(m, m.where(uh > 0.0, uh, 1.0), ul)
+    return _log_specials(m, uh, a + lo)
 
 
 def atanh(m, x):
-    if x.dtype == "f32":
-        ax = m.abs(x)
-        nh, nl = _fast_two_sum(m.const(1.0, "f32"), ax)
-        dh, dl = _fast_two_sum(m.const(1.0, "f32"), -ax)
-        r = 1.0 / dh
-        yh = nh * r                                          # (1 + |x|) / (1 - |x|) = yh + yl
-        yl = m.fma(-yh, dl, m.fma(-yh, dh, nh) + nl) * r
-        a, lo = _log_core_f32(m, _clamp(m, yh, 1.0, 1e30), yl)
-        y = (a + lo) * 0.5
-        y = m.where(ax < _hex("0x1p-12"), ax, y)             # atanh(x) rounds to x
-        y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), m.const(float("inf"), "f32"), float("nan")))
-        return _copysign(m, m.where(m.isnan(x), x, y), x)
-    raise NotImplementedError(x.dtype)
+    T = _consts(x)
+    ax = m.abs(x)
+    nh, nl = _fast_two_sum(_c(m, 1.0, x), ax)
+    dh, dl = _fast_two_sum(_c(m, 1.0, x), -ax)
+    r = 1.0 / dh
+    yh = nh * r                                            # (1 + |x|) / (1 - |x|) = yh + yl
+    yl = m.fma(-yh, dl, m.fma(-yh, dh, nh) + nl) * r
+    a, lo = _log_core(m, _clamp(m, yh, 1.0, T.big * 0.25), yl)
+    y = (a + lo) * 0.5
+    y = m.where(ax < T.atanh_tiny, ax, y)                  # atanh(x) rounds to x
+    y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), _c(m, float("inf"), x), float("nan")))
+    return _copysign(m, m.where(m.isnan(x), x, y), x)
 
 
 # ---------------------------------------------------------------------------- erf family, f32
@@ -357,18 +413,13 @@ _F64_ERFC_G = (  # (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 11, 2
 _F64_ERFC_VC = _hex("0x1.9e79e79e79e7ap-3")
 
 
-def _i64(v):
-    v &= (1 << 64) - 1
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
 def _exp_f64_lowacc(m, x):
     """exp(x) for float64 x in [-700, 700], ~2^-39 relative error (the float32 paths' need)."""
     t = m.fma(x, _F64_LOG2E, _F64_MAGIC)
     nf = t - _F64_MAGIC
     r = m.fma(nf, -_F64_LN2_LO, m.fma(nf, -_F64_LN2_HI, x))
     p = m.fma(r * r, _horner(m, r, _F64_EXP_LOWACC), r) + 1.0
-    bits = (m.bitcast(t, "i64") << 52) + _i64((1023 - _F64_MAGIC_BITS) << 52)
+    bits = (m.bitcast(t, "i64") << 52) + _wrap((1023 - _F64_MAGIC_BITS) << 52, 64)
     return p * m.bitcast(bits, "f64")
 
 
