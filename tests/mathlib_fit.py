@@ -130,3 +130,15 @@ if __name__ == "__main__":
             c, e = fit(Q, list(range(deg + 1)), 0, 0.3432 ** 2, lambda t2: t2,
                        ftype=np.float64, iters=15, npts=300, dps=60)
             show(f"log_f64 Q deg {deg} (weight t^2: error relative to t)", c, e)
+    if "erfinv_f32" in which:
+        # initial guess for float32 erfinv (refined by a Newton step in float64):
+        # erfinv(x) = x P(w), w = -log(1 - x^2): P_a(w - 2.5) for w < 5, P_b(sqrt(w) - 3) above
+        def ratio(w):
+            x = mp.sqrt(1 - mp.exp(-w))
+            return mp.erfinv(x) / x if w != 0 else mp.sqrt(mp.pi) / 2
+        c, e = fit(lambda u: ratio(u + 2.5), list(range(9)), -2.5, 2.5, lambda u: 1 / ratio(u + 2.5),
+                   iters=10, npts=120)
+        show("erfinv P_a(w - 2.5), w < 5 (relative)", c, e)
+        c, e = fit(lambda u: ratio((u + 3) ** 2), list(range(9)), mp.sqrt(5) - 3, mp.sqrt(17) - 3,
+                   lambda u: 1 / ratio((u + 3) ** 2), iters=10, npts=120)
+        show("erfinv P_b(sqrt(w) - 3), 5 <= w < 17 (relative)", c, e)

@@ -170,21 +170,44 @@ def fma_f32(a, b, c):
     return np.where(np.isfinite(s), r, (p + c).astype(np.float32))
 
 
+def _fma_f64_parts(a, b, c):
+    """a * b + c == uh + t + te exactly (no under/overflow): TwoProduct + TwoSums."""
+    ph = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    pl = ((ah * bh - ph) + ah * bl + al * bh) + al * bl
+    uh, ul = _two_sum(c, ph)
+    t, te = _two_sum(ul, pl)
+    return uh, t, te
+
+
+def _fma_exact_scalar(a, b, c):
+    from fractions import Fraction
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    try:
+        return float(exact)                                   # correctly rounded, subnormals too
+    except OverflowError:
+        return float("inf") if exact > 0 else float("-inf")
+
+
 def fma_f64(a, b, c):
-    """f64 fma (Boldo & Melquiond 2008): RN(uh + RO(ul + pl)); exact unless under/overflow."""
+    """f64 fma, exact: RN(uh + RO(t + te)) (Boldo & Melquiond 2008) when nothing under- or
+    overflows; the rare others (tiny products, huge operands) exactly through fractions."""
     with np.errstate(all="ignore"):
-        ph = a * b
-        ah, al = _split(a)
-        bh, bl = _split(b)
-        pl = ((ah * bh - ph) + ah * bl + al * bh) + al * bl
-        uh, ul = _two_sum(c, ph)
-        t, te = _two_sum(ul, pl)
-        t = _round_to_odd_bits(t, te)
-        v = uh + t
-        big = np.maximum(np.abs(a), np.abs(b))
-        ok = np.isfinite(v) & (big < 2.0 ** 900) & ((np.abs(ph) > 2.0 ** -900) | (ph == 0))
-        naive = (a.astype(np.longdouble) * b + c).astype(np.float64)
-        return np.where(ok, v, naive)
+        a, b, c = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                      np.asarray(c, np.float64))
+        uh, t, te = _fma_f64_parts(a, b, c)
+        v = uh + _round_to_odd_bits(t, te)
+        fin = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+        hard = fin & ((np.abs(a * b) < 2.0 ** -900) & (a != 0) & (b != 0)
+                      | (np.maximum(np.abs(a), np.abs(b)) > 2.0 ** 900) | ~np.isfinite(v))
+        naive = a * b + c
+        v = np.where(fin, v, naive)
+        idx = np.nonzero(hard)
+        if idx[0].size:
+            v = v.copy()
+            v[idx] = [_fma_exact_scalar(x, y, z) for x, y, z in zip(a[idx], b[idx], c[idx])]
+        return v
 
 
 class NumpyMath(MathBase):

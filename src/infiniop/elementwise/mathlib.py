@@ -57,6 +57,12 @@ _T = {
         tanh_2x_max=20.0,                                 # tanh rounds to 1 above 9.01
         atanh_tiny=_hex("0x1p-12"),
         log1p_kmax=100,
+        quickgelu_k=(_hex("0x1.b3b646p+0"), _hex("-0x1.78d4fep-26")),         # 1.702
+        gelu_tanh_c=((_hex("0x1.988454p+0"), _hex("-0x1.857936p-25")),    # 2 sqrt(2/pi)
+                     (_hex("0x1.2444f2p-4"), _hex("0x1.49b16ap-29"))),     # 0.044715 c1
+        gelu_tanh_range=(-10.9, 5.4),                     # results round to -0 / x beyond
+        quickgelu_range=(-66.0, 11.8),
+        softplus_small=-16.0,                             # e^z < 2^-23
     ),
     "f64": SimpleNamespace(
         int="i64", width=64, mant=52, bias=1023,
@@ -87,6 +93,12 @@ _T = {
         tanh_2x_max=40.0,
         atanh_tiny=_hex("0x1p-27"),
         log1p_kmax=1000,
+        quickgelu_k=(_hex("0x1.b3b645a1cac08p+0"), _hex("0x1.89374bc6a7efap-55")),
+        gelu_tanh_c=((_hex("0x1.9884533d43651p+0"), _hex("-0x1.cbc0d30ebfd15p-54")),
+                     (_hex("0x1.2444f2a4d8b4bp-4"), _hex("-0x1.6c843a29d1c70p-61"))),
+        gelu_tanh_range=(-21.6, 7.3),
+        quickgelu_range=(-450.0, 23.6),
+        softplus_small=-36.0,
     ),
 }
 
@@ -241,16 +253,18 @@ def expm1(m, x):
 # ---------------------------------------------------------------------------- sigmoid, silu, tanh
 
 
-def _sigmoid_parts(m, x):
-    """sigmoid(x) = Rh (1 + e1) * Z2 * 2^-s for x within [sig_lo, sig_hi].
+def _sigmoid_parts(m, x, xl=None):
+    """sigmoid(x + xl) = Rh (1 + e1) * Z with Z = Z2 * 2^-s, for x within [sig_lo, sig_hi].
 
     sigmoid(x) = Z / (Z + E) with exp(-x) = 2^n E, Z = 2^-n: no cancellation on either side,
-    and the scale Z2 = 2^(s - n) is normal, so a subnormal result rounds once more at most.
+    and Z2 = 2^(s - n) is normal, so scaling by Z2 then 2^-s rounds a subnormal result once
+    more at most.
     """
     T = _consts(x)
-    t, s, sl = _exp_core(m, -x)
+    t, s, sl = _exp_core(m, -x, None if xl is None else -xl)
     z2 = _pow2(m, _c(m, 2.0 * T.magic, x) - t, T.scale_split, x)  # 2^(s - n); 2M - t = M - n
-    dh, de = _two_sum(z2 * 2.0 ** -T.scale_split, s)
+    z = z2 * 2.0 ** -T.scale_split
+    dh, de = _two_sum(z, s)
     rh = 1.0 / dh
     e1 = m.fma(-rh, de + sl, m.fma(-rh, dh, 1.0))          # 1 / (Z + E) = rh (1 + e1)
     return rh, e1, z2
@@ -262,18 +276,112 @@ def sigmoid(m, x):
     return (m.fma(rh, e1, rh) * z2) * 2.0 ** -T.scale_split
 
 
-def _x_times_sigmoid(m, x, xc, rh, e1, z2):
-    """x * rh (1 + e1) * Z: x * sigmoid with one rounding; x = xc within the clamps."""
+def _times_sigmoid(m, a, x, v, vl=None):
+    """a * x * sigmoid(v + vl) with one rounding, for v within [sig_lo, sig_hi] and a * x at
+    most ~1e30 when v < 0 (a = None: x * sigmoid)."""
     T = _consts(x)
-    ph, pl = _two_prod(m, xc, rh)
-    return ((ph + m.fma(ph, e1, pl)) * z2) * 2.0 ** -T.scale_split
+    rh, e1, z2 = _sigmoid_parts(m, v, vl)
+    ph, pl = _two_prod(m, x, rh)
+    y = ph + m.fma(ph, e1, pl)                             # x sigmoid(v) / Z, rounded once below
+    if a is not None:
+        y = m.fma(a, ph, a * m.fma(ph, e1, pl))
+    # for v >= 0, Z = 2^-n >= 1 is one exact factor (a * x * sigmoid may be huge)
+    pos = v >= 0.0
+    f = m.where(pos, z2 * 2.0 ** -T.scale_split, z2)
+    return (y * f) * m.where(pos, _c(m, 1.0, x), 2.0 ** -T.scale_split)
 
 
 def silu(m, x):
     T = _consts(x)
     xc = _clamp(m, x, T.sig_lo, T.sig_hi)                  # silu(sig_lo) rounds to -0
-    y = _x_times_sigmoid(m, x, xc, *_sigmoid_parts(m, xc))
-    return m.where(x > T.sig_hi, x, y)
+    return m.where(x > T.sig_hi, x, _times_sigmoid(m, None, xc, xc))
+
+
+def swiglu(m, a, b):
+    """a * silu(b), rounded once (InfiniCore's SwiGLU: c = a * b / (1 + exp(-b)))."""
+    T = _consts(b)
+    bc = _clamp(m, b, T.sig_lo, T.sig_hi)
+    return m.where(b > T.sig_hi, a * b, _times_sigmoid(m, a, bc, bc))
+
+
+def quickgelu(m, x):
+    """x * sigmoid(1.702 x), 1.702 x exact as a double-float."""
+    T = _consts(x)
+    kh, kl = T.quickgelu_k
+    lo, hi = T.quickgelu_range
+    xc = _clamp(m, x, lo, hi)
+    vh, ve = _two_prod(m, xc, _c(m, kh, x))
+    return m.where(x > hi, x, _times_sigmoid(m, None, xc, vh, m.fma(xc, kl, ve)))
+
+
+def gelu_tanh(m, x):
+    """x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) = x * sigmoid(x (c1 + c2 x^2)), with
+    c1 = 2 sqrt(2/pi), c2 = 0.044715 c1: no cancellation for x < 0; v = x (c1 + c2 x^2) is
+    kept as a double-float (sigmoid(v) is sensitive to v's absolute error)."""
+    T = _consts(x)
+    (c1h, c1l), (c2h, c2l) = T.gelu_tanh_c
+    lo, hi = T.gelu_tanh_range
+    xc = _clamp(m, x, lo, hi)
+    xh, xe = _two_prod(m, xc, xc)
+    wh, we = _two_prod(m, xh, _c(m, c2h, x))
+    ah, ae = _two_sum(_c(m, c1h, x), wh)
+    al = ae + (m.fma(xe, c2h, m.fma(xh, c2l, we)) + c1l)  # c1 + c2 x^2 = ah + al
+    vh, ve = _two_prod(m, xc, ah)
+    y = _times_sigmoid(m, None, xc, vh, m.fma(xc, al, ve))
+    return m.where(x > hi, x, y)
+
+
+def hardswish(m, x):
+    """x * min(max(x + 3, 0), 6) / 6: x (x + 3) / 6 rounded once inside (-3, 3)."""
+    xc = _clamp(m, x, -3.0, 3.0)
+    sh, se = _fast_two_sum(_c(m, 3.0, x), xc)
+    ph, pe = _two_prod(m, xc, sh)
+    q = ph / 6.0
+    rem = m.fma(-q, 6.0, ph) + m.fma(xc, se, pe)
+    y = m.fma(rem, 1.0 / 6.0, q)
+    return m.where(x >= 3.0, x, m.where(x <= -3.0, _c(m, -0.0, x), y))
+
+
+def reciprocal(m, x):
+    return 1.0 / x
+
+
+def softplus(m, x, beta=1.0, threshold=20.0):
+    """log(1 + exp(beta x)) / beta, or x where beta x > threshold (torch's, InfiniCore's rule).
+
+    softplus(z) = max(z, 0) + log1p(exp(-|z|)) with z = beta x a double-float: no overflow,
+    no cancellation. ``beta``/``threshold``: Python numbers or runtime scalar values.
+    """
+    T = _consts(x)
+    one = isinstance(beta, int | float) and beta == 1
+    zh, zl = (x, None) if one else _two_prod(m, x, beta if not isinstance(beta, int | float)
+                                              else _c(m, beta, x))
+    az = m.abs(zh)
+    neg = -az
+    t, s, sl = _exp_core(m, _clamp(m, neg, T.sig_lo, 0.0),
+                         None if zl is None else m.where(zh > 0.0, -zl, zl))
+    S = _pow2(m, t, T.scale_split, x) * 2.0 ** -T.scale_split  # 2^n, n <= 0 (0 below min)
+    uh, ue = _fast_two_sum(_c(m, 1.0, x), s * S)            # 1 + exp(-|z|)
+    a, lo = _log_core(m, uh, m.fma(sl, S, ue))
+    pos = zh > 0.0
+    hh, he = _two_sum(m.where(pos, zh, _c(m, 0.0, x)), a)
+    lo = he + lo
+    if zl is not None:
+        lo = lo + m.where(pos, zl, _c(m, 0.0, x))
+    # far below 0 the log's input 1 + e^z loses e^z's low part: log1p(e^z) = e^z (1 - e^z/2),
+    # scaled once (no double rounding of subnormals)
+    small = zh < T.softplus_small
+    ys = s + m.fma(s, (s * S) * -0.5, sl)
+    hh = m.where(small, ys * _pow2(m, t, T.scale_split, x), hh)
+    lo = m.where(small, _c(m, 0.0, x), lo)
+    f = m.where(small, _c(m, 2.0 ** -T.scale_split, x), 1.0)
+    if one:
+        y = (hh + lo) * f
+    else:
+        rb = 1.0 / beta
+        qh = hh * rb
+        y = m.fma(m.fma(-qh, beta, hh) + lo, rb, qh) * f   # (hh + lo) / beta, rounded once
+    return m.where(zh > threshold, x, y)
 
 
 def tanh(m, x):
@@ -479,4 +587,38 @@ def gelu(m, x):
         # below 2^-20, x/2 + x^2/sqrt(2 pi) in one float32 rounding (x/2 may be a subnormal tie)
         tiny = m.fma(x, x * _hex("0x1.988454p-2"), x * 0.5)
         return m.where(m.abs(x) < _hex("0x1p-20"), tiny, g)
+    raise NotImplementedError(x.dtype)
+
+
+_F32_ERFINV_A = (
+    _hex("0x1.805c5ep+0"), _hex("0x1.f91ec6p-3"), _hex("-0x1.11c9f6p-8"), _hex("-0x1.48a6f8p-10"),
+    _hex("0x1.ca6b00p-13"), _hex("-0x1.270866p-18"), _hex("-0x1.d94ff8p-19"),
+    _hex("0x1.710622p-22"), _hex("0x1.e74e78p-26"),
+)  # erfinv(x) = x P_a(w - 2.5), w = -log(1 - x^2) < 5
+_F32_ERFINV_B = (
+    _hex("0x1.6a9efep+1"), _hex("0x1.006dbcp+0"), _hex("0x1.351f80p-7"), _hex("-0x1.f3f51cp-8"),
+    _hex("0x1.7a59e0p-8"), _hex("-0x1.de2c3ap-9"), _hex("0x1.4eb3f0p-10"), _hex("0x1.3994d6p-14"),
+    _hex("-0x1.389bfap-13"),
+)  # erfinv(x) = x P_b(sqrt(w) - 3), 5 <= w < 17
+_F64_SQRT_PI_2 = _hex("0x1.c5bf891b4ef6ap-1")  # sqrt(pi) / 2
+
+
+def erfinv(m, x):
+    """Inverse error function: a float32 initial guess (relative error 2^-23) and one Newton
+    step in float64 on erf(y) = x, with the residual from erfc near +-1 (1 - |x| is exact)."""
+    if x.dtype == "f32":
+        ax = m.abs(x)
+        w = -log(m, (1.0 - ax) * (1.0 + ax))
+        pa = _horner(m, w - 2.5, _F32_ERFINV_A)
+        pb = _horner(m, m.sqrt(m.where(w < 5.0, _c(m, 5.0, x), w)) - 3.0, _F32_ERFINV_B)
+        y0 = m.cast(ax * m.where(w < 5.0, pa, pb), "f64")
+        y0 = m.where(y0 < 4.5, y0, m.const(4.5, "f64"))          # erf(4.5) = 1 - 2^-33
+        axd = m.cast(ax, "f64")
+        small = y0 < 0.75
+        r = m.where(small, y0 * _horner(m, y0 * y0, _F64_ERF_SMALL) - axd,
+                    (1.0 - axd) - _erfc_large_f64(m, y0))      # erf(y0) - |x|
+        y = y0 - r * (_exp_f64_lowacc(m, y0 * y0) * _F64_SQRT_PI_2)
+        y = m.cast(y, "f32")
+        y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), _c(m, float("inf"), x), float("nan")))
+        return _copysign(m, m.where(m.isnan(x), x, y), x)
     raise NotImplementedError(x.dtype)
