@@ -301,7 +301,9 @@ def swiglu(m, a, b):
     """a * silu(b), rounded once (InfiniCore's SwiGLU: c = a * b / (1 + exp(-b)))."""
     T = _consts(b)
     bc = _clamp(m, b, T.sig_lo, T.sig_hi)
-    return m.where(b > T.sig_hi, a * b, _times_sigmoid(m, a, bc, bc))
+    y = m.where(b > T.sig_hi, a * b, _times_sigmoid(m, a, bc, bc))
+    # tiny b: b sigmoid(b) may be subnormal before a scales it up; a b / 2 (1 + b/2) rounds once
+    return m.where(m.abs(b) < 2.0 ** -30, (a * 0.5) * b, y)
 
 
 def quickgelu(m, x):
