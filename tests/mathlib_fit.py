@@ -50,6 +50,10 @@ def fit(f, powers, lo, hi, weight=lambda x: 1, ftype=np.float32, npts=400, iters
     def g_minus_fixed(x):
         return f(x) - sum(c * x ** p for p, c in fixed)
 
+    if ftype is np.float64 and len(rest) > 12:            # rounding matters little: once
+        c = _lawson(g_minus_fixed, rest, xs, weight, iters)
+        fixed = [(p, mp.mpf(float(v))) for p, v in zip(rest, c)]
+        rest = []
     while rest:
         c = _lawson(g_minus_fixed, rest, xs, weight, iters)
         fixed.append((rest[0], mp.mpf(float(ftype(c[0])))))

@@ -264,7 +264,8 @@ def _sigmoid_parts(m, x, xl=None):
     t, s, sl = _exp_core(m, -x, None if xl is None else -xl)
     z2 = _pow2(m, _c(m, 2.0 * T.magic, x) - t, T.scale_split, x)  # 2^(s - n); 2M - t = M - n
     z = z2 * 2.0 ** -T.scale_split
-    dh, de = _two_sum(z, s)
+    big = z > s                                            # Fast2Sum of the larger and smaller
+    dh, de = _fast_two_sum(m.where(big, z, s), m.where(big, s, z))
     rh = 1.0 / dh
     e1 = m.fma(-rh, de + sl, m.fma(-rh, dh, 1.0))          # 1 / (Z + E) = rh (1 + e1)
     return rh, e1, z2
@@ -277,14 +278,15 @@ def sigmoid(m, x):
 
 
 def _times_sigmoid(m, a, x, v, vl=None):
-    """a * x * sigmoid(v + vl) with one rounding, for v within [sig_lo, sig_hi] and a * x at
-    most ~1e30 when v < 0 (a = None: x * sigmoid)."""
+    """a * x * sigmoid(v + vl) with one rounding, for v within [sig_lo, sig_hi], |x| below
+    ~2^(bias - s) and a * x at most ~1e30 when v < 0 (a = None: x * sigmoid)."""
     T = _consts(x)
     rh, e1, z2 = _sigmoid_parts(m, v, vl)
     ph, pl = _two_prod(m, x, rh)
     y = ph + m.fma(ph, e1, pl)                             # x sigmoid(v) / Z, rounded once below
-    if a is not None:
-        y = m.fma(a, ph, a * m.fma(ph, e1, pl))
+    if a is None:
+        return (y * z2) * 2.0 ** -T.scale_split
+    y = m.fma(a, ph, a * m.fma(ph, e1, pl))
     # for v >= 0, Z = 2^-n >= 1 is one exact factor (a * x * sigmoid may be huge)
     pos = v >= 0.0
     f = m.where(pos, z2 * 2.0 ** -T.scale_split, z2)
@@ -580,12 +582,32 @@ _F64_SQRT_HALF = _hex("0x1.6a09e667f3bcdp-1")
 
 
 def gelu(m, x):
-    """x * Phi(x) = x * erfc(-x / sqrt 2) / 2 (the erf form)."""
+    """x * Phi(x) = x * erfc(-x / sqrt 2) / 2 (the erf form).
+
+    float32: Phi(-|x|) = exp(-x^2/2) F(z) / 2, z = |x| / sqrt 2, with exp(-x^2/2) a float32
+    double-float (x^2 exact) and the smooth factor F(z) = exp(z^2) erfc(z) a float64 polynomial;
+    Phi(x) = 1 - Phi(-x) for x > 0 (no cancellation: Phi(-x) <= 1/2).
+    """
     if x.dtype == "f32":
-        xd = m.cast(m.where(x < -15.0, m.const(-15.0, "f32"), x), "f64")  # gelu(-15) rounds to -0
-        y = m.abs(xd)
-        q = _erfc_scaled_f64(m, y * _F64_SQRT_HALF, (y * y) * 0.5) * 0.5   # Phi(-|x|)
-        g = m.cast(xd * m.where(xd < 0.0, q, 1.0 - q), "f32")
+        T = _consts(x)
+        xc = _clamp(m, x, -15.0, 5.5)                       # gelu rounds to -0 / x beyond
+        y = m.abs(xc)
+        X, Xe = _two_prod(m, y, y)
+        t, s, sl = _exp_core(m, X * -0.5, Xe * -0.5)       # exp(-x^2/2) = 2^n (s + sl)
+        zd = m.cast(y, "f64") * _F64_SQRT_HALF
+        v = _recip_f64_via_f32(m, zd + 3.0)
+        F = v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G)  # exp(z^2) erfc(z)
+        fh = m.cast(F, "f32")
+        fl = m.cast(F - m.cast(fh, "f64"), "f32")
+        qh, qe = _two_prod(m, s, fh)
+        ql = qe + m.fma(s, fl, sl * fh)                    # Phi(-|x|) = (qh + ql) 2^(n-1)
+        s2 = _pow2(m, t, T.scale_split - 1, x)             # 2^(n - 1 + 64): normal
+        neg = (m.fma(xc, qh, xc * ql) * s2) * 2.0 ** -T.scale_split
+        s1 = s2 * 2.0 ** -T.scale_split                    # x > 0: n >= -23, exact
+        ph, pe = _fast_two_sum(_c(m, 1.0, x), -(qh * s1))
+        pos = m.fma(xc, ph, xc * (pe - ql * s1))
+        g = m.where(xc < 0.0, neg, pos)
+        g = m.where(x > 5.5, x, g)
         # below 2^-20, x/2 + x^2/sqrt(2 pi) in one float32 rounding (x/2 may be a subnormal tie)
         tiny = m.fma(x, x * _hex("0x1.988454p-2"), x * 0.5)
         return m.where(m.abs(x) < _hex("0x1p-20"), tiny, g)
