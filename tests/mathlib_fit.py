@@ -42,23 +42,27 @@ def max_err(f, powers, coeffs, xs, weight):
 def fit(f, powers, lo, hi, weight=lambda x: 1, ftype=np.float32, npts=400, iters=30, dps=50):
     mp.mp.dps = dps
     lo, hi = mp.mpf(lo), mp.mpf(hi)
-    xs = [lo + (hi - lo) * (1 - mp.cos(mp.pi * k / (npts - 1))) / 2 for k in range(npts)]
-    xs = [x for x in xs if x != 0] if any(p < 0 for p in powers) else xs
-    fixed = []
+    sc = max(abs(lo), abs(hi))                         # fit in u = x / sc: a well-conditioned basis
+    us = [(lo + (hi - lo) * (1 - mp.cos(mp.pi * k / (npts - 1))) / 2) / sc for k in range(npts)]
+    us = [u for u in us if u != 0] if any(p < 0 for p in powers) else us
+    fixed = []                                         # (power, coefficient in x)
     rest = list(powers)
 
-    def g_minus_fixed(x):
+    def g_minus_fixed(u):
+        x = u * sc
         return f(x) - sum(c * x ** p for p, c in fixed)
 
+    wu = lambda u: weight(u * sc)  # noqa: E731
     if ftype is np.float64 and len(rest) > 12:            # rounding matters little: once
-        c = _lawson(g_minus_fixed, rest, xs, weight, iters)
-        fixed = [(p, mp.mpf(float(v))) for p, v in zip(rest, c)]
+        c = _lawson(g_minus_fixed, rest, us, wu, iters)
+        fixed = [(p, mp.mpf(float(v / sc ** p))) for p, v in zip(rest, c)]
         rest = []
     while rest:
-        c = _lawson(g_minus_fixed, rest, xs, weight, iters)
-        fixed.append((rest[0], mp.mpf(float(ftype(c[0])))))
+        c = _lawson(g_minus_fixed, rest, us, wu, iters)
+        fixed.append((rest[0], mp.mpf(float(ftype(c[0] / sc ** rest[0])))))
         rest = rest[1:]
     coeffs = [c for _, c in fixed]
+    xs = [u * sc for u in us]
     e = max_err(f, powers, coeffs, xs, weight)
     return [float(c) for c in coeffs], float(e)
 
@@ -146,3 +150,56 @@ if __name__ == "__main__":
         c, e = fit(lambda u: ratio((u + 3) ** 2), list(range(9)), mp.sqrt(5) - 3, mp.sqrt(17) - 3,
                    lambda u: 1 / ratio((u + 3) ** 2), iters=10, npts=120)
         show("erfinv P_b(sqrt(w) - 3), 5 <= w < 17 (relative)", c, e)
+    if "erf_f64" in which:
+        def ERFM1(x2):
+            x = mp.sqrt(x2)
+            return mp.erf(x) / x - 1 if x2 != 0 else 2 / mp.sqrt(mp.pi) - 1
+        c, e = fit(ERFM1, list(range(13)), 0, 0.75 ** 2, lambda x2: 1, ftype=np.float64,
+                   iters=8, npts=200, dps=45)
+        show("erf(x) = x + x P(x^2), |x| <= 0.75 (absolute error of P)", c, e)
+    if "erfc_f64" in which:
+        # z in [2, 27.3]: erfc(z) = exp(-z^2) / (z sqrt(pi)) (1 + k(1/z^2)), k small
+        def k(u):
+            z = 1 / mp.sqrt(u)
+            return z * mp.sqrt(mp.pi) * mp.erfc(z) * mp.exp(z * z) - 1
+        c, e = fit(k, list(range(1, 18)), 1 / 27.3 ** 2, 0.25, lambda u: 1, ftype=np.float64,
+                   iters=8, npts=220, dps=45)
+        show("erfc: k(u) = z sqrt(pi) exp(z^2) erfc(z) - 1, u = 1/z^2, 2 <= z <= 27.3 (absolute)", c, e)
+        # z in [0.7, 2.1]: erfc(z) = exp(-z^2) v G(v - VCA), v = 1/(z + 3)
+        vlo, vhi = 1 / 5.1, 1 / 3.7
+        vca = (vlo + vhi) / 2
+        print("VCA", float(vca).hex())
+
+        def G(w):
+            x = 1 / (w + vca) - 3
+            return (x + 3) * mp.erfc(x) * mp.exp(x * x)
+        c, e = fit(G, list(range(15)), vlo - vca, vhi - vca, lambda w: 1 / G(w), ftype=np.float64,
+                   iters=8, npts=220, dps=45)
+        show("erfc: G_A, 0.7 <= z <= 2.1 (relative)", c, e)
+    if "erfc_f64_bc" in which:
+        for name, zlo, zhi, deg in (("G_B", 2.0, 6.1, 16), ("G_C", 6.0, 27.3, 16)):
+            vlo, vhi = 1 / (zhi + 3), 1 / (zlo + 3)
+            vc = (vlo + vhi) / 2
+            print(name, "VC", float(vc).hex())
+
+            def G(w, vc=vc):
+                x = 1 / (w + vc) - 3
+                return (x + 3) * mp.erfc(x) * mp.exp(x * x)
+            c, e = fit(G, list(range(deg + 1)), vlo - vc, vhi - vc, lambda w, G=G: 1 / G(w),
+                       ftype=np.float64, iters=8, npts=220, dps=45)
+            show(f"erfc: {name}, {zlo} <= z <= {zhi} (relative)", c, e)
+    if "gelu_fast" in which:
+        # float32 G for fp16/bf16 results: (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 11
+        K = 3
+        vlo, vhi = 1 / (11 + K), 1 / K
+        vc = (vlo + vhi) / 2
+        print("vc", float(np.float32(float(vc))).hex())
+        vc = mp.mpf(float(np.float32(float(vc))))
+
+        def G(w):
+            x = 1 / (w + vc) - K
+            return (x + K) * mp.erfc(x) * mp.exp(x * x)
+        for deg in (6, 7, 8):
+            c, e = fit(G, list(range(deg + 1)), vlo - vc, vhi - vc, lambda w: 1 / G(w), iters=10,
+                       npts=150)
+            show(f"G f32 deg {deg}", c, e)

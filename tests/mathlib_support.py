@@ -211,7 +211,15 @@ def fma_f64(a, b, c):
 
 
 class NumpyMath(MathBase):
-    """``m`` over NumPy arrays: ``NumpyMath().run(fn, x)`` evaluates ``fn(m, x)`` elementwise."""
+    """``m`` over NumPy arrays: ``NumpyMath().run(fn, x)`` evaluates ``fn(m, x)`` elementwise.
+
+    ``result_bits``: the significand bits of the type the result is stored in (11 fp16, 8 bf16),
+    the trace-time hint mathlib reads as ``m.result_bits``; None: as precise as the compute type.
+    """
+
+    def __init__(self, result_bits=None):
+        if result_bits is not None:
+            self.result_bits = result_bits
 
     def run(self, fn, *arrays, dtype=None):
         vals = []
@@ -265,9 +273,11 @@ class TV(Value):
 
 
 class TraceMath(MathBase):
-    def __init__(self):
+    def __init__(self, result_bits=None):
         self.nodes = []          # (op, arg indices or constant, dtype)
         self.memo = {}
+        if result_bits is not None:
+            self.result_bits = result_bits
 
     def _add(self, key, dtype):
         if key in self.memo:
@@ -293,9 +303,9 @@ _INT_IR = {"add": "add", "sub": "sub", "mul": "mul", "and": "and_", "or": "or_",
            "shl": "shl", "ashr": "ashr", "lshr": "lshr"}
 
 
-def render_numba(fn, in_dtypes):
+def render_numba(fn, in_dtypes, result_bits=None):
     """SSA lines computing ``fn(m, x0..)`` from ``x0..`` into ``r``, plus the result dtype."""
-    tm = TraceMath()
+    tm = TraceMath(result_bits)
     out = fn(tm, *[tm.input(k, d) for k, d in enumerate(in_dtypes)])
     lines = []
     for i, node in enumerate(tm.nodes):
@@ -350,13 +360,15 @@ _counter = itertools.count()
 _cache = {}
 
 
-def numba_kernel(fn, dtype="f32", store="f32", parallel=False):
+def numba_kernel(fn, dtype="f32", store="f32", parallel=False, result_bits=None):
     """A compiled ``kernel(x, out)`` applying ``fn`` elementwise (one input).
 
     ``store``: 'f32'/'f64' plain arrays, 'f16'/'bf16' uint16 storage (loaded/stored through the
-    framework's conversions, computed in f32).
+    framework's conversions, computed in f32, with ``m.result_bits`` 11 / 8 unless given).
     """
-    key = (fn, dtype, store, parallel)
+    if result_bits is None:
+        result_bits = {"f16": 11, "bf16": 8}.get(store)
+    key = (fn, dtype, store, parallel, result_bits)
     if key in _cache:
         return _cache[key]
     import importlib.util
@@ -366,7 +378,7 @@ def numba_kernel(fn, dtype="f32", store="f32", parallel=False):
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)
-    lines, _ = render_numba(fn, [dtype])
+    lines, _ = render_numba(fn, [dtype], result_bits)
     load = {"f16": "f16_to_f32(x[i])", "bf16": "bf16_to_f32(x[i])"}.get(store, "x[i]")
     put = {"f16": "f32_to_f16(r)", "bf16": "f32_to_bf16(r)"}.get(store, "r")
     body = "\n".join("        " + ln for ln in lines)

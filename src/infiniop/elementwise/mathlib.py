@@ -272,6 +272,8 @@ def _sigmoid_parts(m, x, xl=None):
 
 
 def sigmoid(m, x):
+    if _half_result(m, x):
+        return _sigmoid_half(m, x, lambda xc, t: m.where(xc >= 0.0, _c(m, 1.0, x), t))
     T = _consts(x)
     rh, e1, z2 = _sigmoid_parts(m, _clamp(m, x, T.sig_lo, T.sig_hi))
     return (m.fma(rh, e1, rh) * z2) * 2.0 ** -T.scale_split
@@ -294,6 +296,9 @@ def _times_sigmoid(m, a, x, v, vl=None):
 
 
 def silu(m, x):
+    if _half_result(m, x):
+        return m.where(x > _consts(x).sig_hi, x,
+                       _sigmoid_half(m, x, lambda xc, t: m.where(xc >= 0.0, xc, xc * t)))
     T = _consts(x)
     xc = _clamp(m, x, T.sig_lo, T.sig_hi)                  # silu(sig_lo) rounds to -0
     return m.where(x > T.sig_hi, x, _times_sigmoid(m, None, xc, xc))
@@ -322,6 +327,8 @@ def gelu_tanh(m, x):
     """x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) = x * sigmoid(x (c1 + c2 x^2)), with
     c1 = 2 sqrt(2/pi), c2 = 0.044715 c1: no cancellation for x < 0; v = x (c1 + c2 x^2) is
     kept as a double-float (sigmoid(v) is sensitive to v's absolute error)."""
+    if _half_result(m, x):
+        return _gelu_tanh_half(m, x)
     T = _consts(x)
     (c1h, c1l), (c2h, c2l) = T.gelu_tanh_c
     lo, hi = T.gelu_tanh_range
@@ -389,6 +396,8 @@ def softplus(m, x, beta=1.0, threshold=20.0):
 
 
 def tanh(m, x):
+    if _half_result(m, x):
+        return _tanh_half(m, x)
     T = _consts(x)
     b = _clamp(m, m.abs(x) * -2.0, -T.tanh_2x_max, 0.0)
     t, u, ul = _expm1_core(m, b)
@@ -402,6 +411,79 @@ def tanh(m, x):
     q = -bh * rh                                           # tanh|x| = -expm1(b) / (2 + expm1(b))
     rem = m.fma(-q, dl, -m.fma(q, dh, bh)) - bl
     return _copysign(m, m.fma(rem, rh, q), x)
+
+
+# ---------------------------------------------------------------------------- fp16/bf16 results
+# When the result is rounded to fp16/bf16 (``m.result_bits`` <= 11: the significand bits of the
+# type the framework stores), a plain float32 evaluation (a few float32 ulps: 2^-21 relative)
+# is already correctly rounded except when the exact value lies within that error of a
+# half-type tie; these versions skip the double-float steps (about half the operations).
+
+_F32_GELU_G7 = (  # (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 11, 2^-22.8
+    _hex("0x1.4b31aep+0"), _hex("0x1.c6b1a0p+2"), _hex("0x1.db62fep+4"), _hex("0x1.6f0606p+6"),
+    _hex("0x1.7b1e3ep+7"), _hex("0x1.54eca2p+7"), _hex("-0x1.193850p+8"), _hex("-0x1.9aca0ap+9"),
+)
+_F32_GELU_VC = _hex("0x1.9e79e8p-3")
+
+
+def _half_result(m, x):
+    """True when the caller rounds the float32 result to fp16 / bf16 (see above)."""
+    return x.dtype == "f32" and getattr(m, "result_bits", 24) <= 11
+
+
+def _expm1_plain(m, x):
+    """exp(x) = 2^n (1 + p) in plain float32 (p ~1 ulp relative), x within the clamps."""
+    T = _consts(x)
+    t = m.fma(x, T.log2e, T.magic)
+    nf = t - T.magic
+    r = m.fma(nf, -T.ln2_lo, m.fma(nf, -T.ln2_hi, x))
+    q = m.fma(r, _horner(m, r, [c * 0.5 for c in T.exp_p]), 0.5)
+    return t, m.fma(r * r, q, r)
+
+
+def _exp_neg_plain(m, a):
+    """exp(a) for a in [sig_lo, 0], plain float32 (subnormal results through a 2-step scale)."""
+    T = _consts(a)
+    t, p = _expm1_plain(m, a)
+    return ((p + 1.0) * _pow2(m, t, T.scale_split, a)) * 2.0 ** -T.scale_split
+
+
+def _sigmoid_half(m, x, numer):
+    """numer(x, t) / (1 + t) with t = exp(-|x|): sigmoid (numer 1 or t), silu (x or x t)."""
+    T = _consts(x)
+    xc = _clamp(m, x, T.sig_lo, T.sig_hi)
+    t = _exp_neg_plain(m, -m.abs(xc))
+    return numer(xc, t) / (t + 1.0)
+
+
+def _tanh_half(m, x):
+    T = _consts(x)
+    b = _clamp(m, m.abs(x) * -2.0, -T.tanh_2x_max, 0.0)
+    t, p = _expm1_plain(m, b)
+    S = _pow2(m, t, 0, x)
+    e = m.fma(S, p, S - 1.0)                               # expm1(b), S - 1 exact
+    return _copysign(m, -e / (e + 2.0), x)
+
+
+def _gelu_half(m, x):
+    xc = _clamp(m, x, -15.0, 5.5)
+    y = m.abs(xc)
+    E = _exp_neg_plain(m, (y * y) * -0.5)
+    v = 1.0 / m.fma(y, _hex("0x1.6a09e6p-1"), 3.0)
+    q = (E * (v * _horner(m, v - _F32_GELU_VC, _F32_GELU_G7))) * 0.5   # Phi(-|x|)
+    g = xc * m.where(xc < 0.0, q, 1.0 - q)
+    return m.where(x > 5.5, x, g)
+
+
+def _gelu_tanh_half(m, x):
+    T = _consts(x)
+    (c1h, _), (c2h, _) = T.gelu_tanh_c
+    lo, hi = T.gelu_tanh_range
+    xc = _clamp(m, x, lo, hi)
+    v = xc * m.fma(xc * xc, c2h, c1h)
+    t = _exp_neg_plain(m, -m.abs(v))
+    y = m.where(v >= 0.0, xc, xc * t) / (t + 1.0)
+    return m.where(x > hi, x, y)
 
 
 # ---------------------------------------------------------------------------- log family
@@ -556,6 +638,36 @@ def _erfc_scaled_f64(m, z, z2):
     return _exp_f64_lowacc(m, -z2) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
 
 
+# float64 erf family: the same forms, higher degrees, double-double steps.
+_F64_ERFC_G20 = (  # (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 27.3, 2^-51
+    _hex("0x1.2ae5eaf152bd9p+0"), _hex("0x1.83cb1da655de4p+2"), _hex("0x1.8d49861829b9dp+4"),
+    _hex("0x1.3762e66d3d8d6p+6"), _hex("0x1.57807d5795642p+7"), _hex("0x1.8be4ffb2ec484p+7"),
+    _hex("-0x1.4119a2dd1b4e5p+7"), _hex("-0x1.d62ff8f0f9615p+9"), _hex("-0x1.b477b1b1d2915p+8"),
+    _hex("0x1.c9f07ca670519p+11"), _hex("0x1.e9138422cfd27p+11"), _hex("-0x1.08a77d46942dbp+14"),
+    _hex("-0x1.3fab6dbf6334cp+14"), _hex("0x1.7839b69efa5f2p+16"), _hex("0x1.2d2adf46dcfe8p+16"),
+    _hex("-0x1.287ec6b527407p+19"), _hex("-0x1.8a47a45dd158fp+15"), _hex("0x1.ada2e6b2a1cbfp+21"),
+    _hex("-0x1.000548afb9b5ep+21"), _hex("-0x1.8c46b39e6e346p+23"), _hex("0x1.8a8cf4972f7e5p+23"),
+)
+_F64_ERFC_VC20 = _hex("0x1.7720f353a4c0ap-3")
+
+
+def _erfc_f64(m, z):
+    """erfc(z) = 2^n (ph + pl) for float64 z >= 0 (clamped at 27.3: erfc rounds to 0 beyond):
+    exp(-z^2) from the exp core with z^2 exact, (z + 3) erfc(z) exp(z^2) a polynomial in
+    1/(z + 3) (a double-double reciprocal)."""
+    zc = m.where(z > 27.3, m.const(27.3, "f64"), z)
+    X, Xe = _two_prod(m, zc, zc)
+    t, s, sl = _exp_core(m, -X, -Xe)
+    dh, dl = _fast_two_sum(m.const(3.0, "f64"), zc) if False else _two_sum(zc, m.const(3.0, "f64"))
+    vh = 1.0 / dh
+    vl = vh * m.fma(-vh, dl, m.fma(-vh, dh, 1.0))
+    g = _horner(m, vh - _F64_ERFC_VC20, _F64_ERFC_G20)
+    fh, fe = _two_prod(m, vh, g)
+    fl = m.fma(vl, g, fe)
+    ph, pe = _two_prod(m, s, fh)
+    return t, ph, pe + m.fma(s, fl, sl * fh)
+
+
 def erf(m, x):
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
@@ -588,6 +700,8 @@ def gelu(m, x):
     double-float (x^2 exact) and the smooth factor F(z) = exp(z^2) erfc(z) a float64 polynomial;
     Phi(x) = 1 - Phi(-x) for x > 0 (no cancellation: Phi(-x) <= 1/2).
     """
+    if _half_result(m, x):
+        return _gelu_half(m, x)
     if x.dtype == "f32":
         T = _consts(x)
         xc = _clamp(m, x, -15.0, 5.5)                       # gelu rounds to -0 / x beyond
