@@ -56,6 +56,7 @@ def fit(f, powers, lo, hi, weight=lambda x: 1, ftype=np.float32, npts=400, iters
     if ftype is np.float64 and len(rest) > 12:            # rounding matters little: once
         c = _lawson(g_minus_fixed, rest, us, wu, iters)
         fixed = [(p, mp.mpf(float(v / sc ** p))) for p, v in zip(rest, c)]
+        fit.exact = [v / sc ** p for p, v in zip(rest, c)]  # for double-double leading terms
         rest = []
     while rest:
         c = _lawson(g_minus_fixed, rest, us, wu, iters)
@@ -203,3 +204,26 @@ if __name__ == "__main__":
             c, e = fit(G, list(range(deg + 1)), vlo - vc, vhi - vc, lambda w: 1 / G(w), iters=10,
                        npts=150)
             show(f"G f32 deg {deg}", c, e)
+    if "erfinv_f64_c" in which:
+        def ratio(w):
+            x = mp.sqrt(-mp.expm1(-w))
+            return mp.erfinv(x) / x
+        mp.mp.dps = 60
+        c, e = fit(lambda u: ratio((u + 5) ** 2), list(range(8)), mp.sqrt(16.5) - 5, mp.sqrt(38) - 5,
+                   lambda u: 1 / ratio((u + 5) ** 2), iters=8, npts=100, dps=60)
+        show("erfinv P_c(sqrt(w) - 5), 16.5 <= w < 38 (relative)", c, e)
+    if "erfc_f64_dd" in which:
+        # the three float64 erfc pieces with double-double leading coefficients (hi, lo)
+        for name, zlo, zhi, deg in (("GA", 0.7, 2.1, 15), ("GB", 2.0, 6.1, 18), ("GC", 6.0, 27.3, 16)):
+            vlo, vhi = 1 / (zhi + 3), 1 / (zlo + 3)
+            vc = mp.mpf(float((vlo + vhi) / 2))
+            print(name, "VC", float(vc).hex())
+
+            def G(w, vc=vc):
+                x = 1 / (w + vc) - 3
+                return (x + 3) * mp.erfc(x) * mp.exp(x * x)
+            c, e = fit(G, list(range(deg + 1)), vlo - vc, vhi - vc, lambda w, G=G: 1 / G(w),
+                       ftype=np.float64, iters=8, npts=240, dps=50)
+            show(f"erfc {name}, {zlo} <= z <= {zhi} (relative)", c, e)
+            print("    lo parts:", [float(v - mp.mpf(float(v))).hex() for v in fit.exact[:3]])
+            sys.stdout.flush()

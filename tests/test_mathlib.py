@@ -82,8 +82,51 @@ _C1_LD = 2 * np.sqrt(LD(2) / _PI_LD)
 class Case:
     ref32: object                     # float64 reference for float32 results
     iv32: list                        # hard regions sampled besides the generic inputs
-    ref64: object = None              # long double reference for float64 results
+    ref64: object = None              # long double / mpmath reference for float64 results
     iv64: list = field(default_factory=list)
+    n64: int = 0                      # fewer float64 samples (slow mpmath reference)
+
+
+def _mp(fn, dps=40):
+    """An mpmath reference (exact to float64 rounding), elementwise; limits for non-finite x."""
+    import mpmath as mp
+
+    def ref(x):
+        x = np.asarray(x, np.float64)
+        out = np.empty(x.shape, LD)
+        with mp.workdps(dps):
+            for i, v in enumerate(x.flat):
+                if not np.isfinite(v):
+                    out.flat[i] = LD(float(fn(mp.mpf(v)))) if not np.isnan(v) else np.nan
+                else:
+                    r = fn(mp.mpf(float(v)))
+                    out.flat[i] = (LD(mp.nstr(r, 25)) if mp.isfinite(r) else np.nan if mp.isnan(r)
+                                   else np.inf if r > 0 else -np.inf)
+        return out
+    return ref
+
+
+def _mp_gelu(z):
+    import mpmath as mp
+    if abs(z) > 50:                                  # mpmath's erfc overflows on huge input
+        return z if z > 0 else mp.mpf(0)
+    return z * mp.erfc(-z / mp.sqrt(2)) / 2
+
+
+def _mp_erfc(z):
+    import mpmath as mp
+    if abs(z) > 30:
+        return mp.mpf(0) if z > 0 else mp.mpf(2)
+    return mp.erfc(z)
+
+
+def _mp_erfinv(z):
+    import mpmath as mp
+    if abs(z) > 1:
+        return mp.nan
+    if abs(z) == 1:
+        return mp.inf if z > 0 else -mp.inf
+    return mp.erfinv(z)
 
 
 CASES = {
@@ -119,10 +162,14 @@ CASES = {
     "hardswish": Case(_hardswish(np.float64), [(-4, 4)], _hardswish(LD), [(-4, 4)]),
     "reciprocal": Case(lambda x: 1 / np.asarray(x, np.float64), [(-10, 10)],
                        lambda x: 1 / np.asarray(x).astype(LD), [(-10, 10)]),
-    "erf": Case(_t64(torch.erf), [(-4, 4), (-1, 1), (-0.01, 0.01)]),
-    "erfc": Case(_t64(torch.erfc), [(-4, 11), (-1, 1), (8, 10.1)]),
-    "erfinv": Case(_t64(torch.erfinv), [(-1, 1), (-0.01, 0.01), (0.99, 1), (0.99999, 1)]),
-    "gelu": Case(_gelu, [(-16, 6), (-1, 1), (-14, -10)]),
+    "erf": Case(_t64(torch.erf), [(-4, 4), (-1, 1), (-0.01, 0.01)],
+                _mp(lambda z: __import__("mpmath").erf(z)), [(-7, 7), (-1, 1)], 1 << 13),
+    "erfc": Case(_t64(torch.erfc), [(-4, 11), (-1, 1), (8, 10.1)],
+                 _mp(_mp_erfc), [(-7, 28), (-1, 1), (0.7, 2.1)], 1 << 13),
+    "erfinv": Case(_t64(torch.erfinv), [(-1, 1), (-0.01, 0.01), (0.99, 1), (0.99999, 1)],
+                   _mp(_mp_erfinv, 60), [(-1, 1), (0.999, 1), (1 - 1e-12, 1)], 1 << 12),
+    "gelu": Case(_gelu, [(-16, 6), (-1, 1), (-14, -10)],
+                 _mp(_mp_gelu), [(-40, 9), (-2, 2)], 1 << 13),
 }
 
 
@@ -190,16 +237,21 @@ F64_CASES = [n for n, c in CASES.items() if c.ref64 is not None]
 @pytest.mark.parametrize("name", F64_CASES)
 def test_float64(name):
     case = CASES[name]
-    x = sample_f64(case.iv64, N64)
+    x = sample_f64(case.iv64, case.n64 or N64)
     y = _run(name, x, "f64")
     with np.errstate(all="ignore"):
         ref = case.ref64(x)
     err = ulp_error(y, ref, np.float64)
     cr = _cr_rate(y, ref, np.float64, 2.0 ** -1022)
     worst = np.argmax(np.where(np.isfinite(err), err, 1e9))
-    assert err.max() <= 1.0, f"{name}: {err.max():.3f} ulp at x={x[worst]!r}"
-    assert cr >= 0.99, f"{name}: only {cr:.4%} correctly rounded"
+    limit, rate = F64_LIMITS.get(name, (1.0, 0.99))
+    assert err.max() <= limit, f"{name}: {err.max():.3f} ulp at x={x[worst]!r}"
+    assert cr >= rate, f"{name}: only {cr:.4%} correctly rounded"
     _check_nan(x, y)
+
+
+# the float64 error family: not double-float throughout (the documented target is 2 ulp)
+F64_LIMITS = {"erf": (1.0, 0.95), "erfc": (2.0, 0.8), "erfinv": (2.0, 0.8), "gelu": (2.0, 0.8)}
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])

@@ -638,36 +638,6 @@ def _erfc_scaled_f64(m, z, z2):
     return _exp_f64_lowacc(m, -z2) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
 
 
-# float64 erf family: the same forms, higher degrees, double-double steps.
-_F64_ERFC_G20 = (  # (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 27.3, 2^-51
-    _hex("0x1.2ae5eaf152bd9p+0"), _hex("0x1.83cb1da655de4p+2"), _hex("0x1.8d49861829b9dp+4"),
-    _hex("0x1.3762e66d3d8d6p+6"), _hex("0x1.57807d5795642p+7"), _hex("0x1.8be4ffb2ec484p+7"),
-    _hex("-0x1.4119a2dd1b4e5p+7"), _hex("-0x1.d62ff8f0f9615p+9"), _hex("-0x1.b477b1b1d2915p+8"),
-    _hex("0x1.c9f07ca670519p+11"), _hex("0x1.e9138422cfd27p+11"), _hex("-0x1.08a77d46942dbp+14"),
-    _hex("-0x1.3fab6dbf6334cp+14"), _hex("0x1.7839b69efa5f2p+16"), _hex("0x1.2d2adf46dcfe8p+16"),
-    _hex("-0x1.287ec6b527407p+19"), _hex("-0x1.8a47a45dd158fp+15"), _hex("0x1.ada2e6b2a1cbfp+21"),
-    _hex("-0x1.000548afb9b5ep+21"), _hex("-0x1.8c46b39e6e346p+23"), _hex("0x1.8a8cf4972f7e5p+23"),
-)
-_F64_ERFC_VC20 = _hex("0x1.7720f353a4c0ap-3")
-
-
-def _erfc_f64(m, z):
-    """erfc(z) = 2^n (ph + pl) for float64 z >= 0 (clamped at 27.3: erfc rounds to 0 beyond):
-    exp(-z^2) from the exp core with z^2 exact, (z + 3) erfc(z) exp(z^2) a polynomial in
-    1/(z + 3) (a double-double reciprocal)."""
-    zc = m.where(z > 27.3, m.const(27.3, "f64"), z)
-    X, Xe = _two_prod(m, zc, zc)
-    t, s, sl = _exp_core(m, -X, -Xe)
-    dh, dl = _fast_two_sum(m.const(3.0, "f64"), zc) if False else _two_sum(zc, m.const(3.0, "f64"))
-    vh = 1.0 / dh
-    vl = vh * m.fma(-vh, dl, m.fma(-vh, dh, 1.0))
-    g = _horner(m, vh - _F64_ERFC_VC20, _F64_ERFC_G20)
-    fh, fe = _two_prod(m, vh, g)
-    fl = m.fma(vl, g, fe)
-    ph, pe = _two_prod(m, s, fh)
-    return t, ph, pe + m.fma(s, fl, sl * fh)
-
-
 def erf(m, x):
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
@@ -675,7 +645,7 @@ def erf(m, x):
         small = xd * _horner(m, xd * xd, _F64_ERF_SMALL)
         large = _copysign(m, 1.0 - _erfc_large_f64(m, ax), xd)
         return m.cast(m.where(ax < 0.75, small, large), "f32")
-    raise NotImplementedError(x.dtype)
+    return _erf_f64(m, x)
 
 
 def erfc(m, x):
@@ -686,7 +656,105 @@ def erfc(m, x):
         q = _erfc_large_f64(m, ax)
         large = m.where(xd > 0.0, q, 2.0 - q)
         return m.cast(m.where(ax < 0.75, small, large), "f32")
-    raise NotImplementedError(x.dtype)
+    return _erfc_f64(m, x)
+
+
+# ---------------------------------------------------------------------------- erf family, f64
+# erf = x + x P(x^2) for |x| <= 0.75; erfc(z) = exp(-z^2) v G_i(v - VC_i), v = 1/(z + 3), on
+# [0.75, 2.05), [2.05, 6.05), [6.05, 27.3]: each G_i well conditioned (terms well below G).
+_F64_ERF_P = (  # |x| <= 0.75, 2^-56.2 absolute
+    _hex("0x1.06eba8214db69p-3"), _hex("-0x1.812746b0379e7p-2"), _hex("0x1.ce2f21a042be1p-4"),
+    _hex("-0x1.b82ce31288b16p-6"), _hex("0x1.565bcd0e69265p-8"), _hex("-0x1.c02db3ffce511p-11"),
+    _hex("0x1.f9a326dddb894p-14"), _hex("-0x1.f4d257b12334dp-17"), _hex("0x1.b9e6477da65aap-20"),
+    _hex("-0x1.5f6a24d34dfb1p-23"), _hex("0x1.fbb91b5403e71p-27"), _hex("-0x1.48b8bc0258c93p-30"),
+    _hex("0x1.3fe95c8b4dc89p-34"),
+)
+_F64_ERFC_GA = (  # 0.7 <= z <= 2.1, 2^-54.5 relative
+    _hex("0x1.8b24b75c90eb2p+0"), _hex("0x1.26fc4a1977ac1p+3"), _hex("0x1.3a7eda42179f8p+5"),
+    _hex("0x1.d229dec66d2f0p+6"), _hex("0x1.a622953138425p+7"), _hex("0x1.919ccb1733b5fp+6"),
+    _hex("-0x1.df45bdbe73df8p+8"), _hex("-0x1.7decea78dbbb5p+9"), _hex("0x1.3fcfdf8413b38p+10"),
+    _hex("0x1.8b356f18805f0p+11"), _hex("-0x1.506dfe3364127p+12"), _hex("-0x1.69e99d11fbf0cp+13"),
+    _hex("0x1.da2ba638e7b24p+14"), _hex("0x1.d6b2ff0ba6270p+14"), _hex("-0x1.4a7eb6eae0f87p+17"),
+)
+_F64_ERFC_GB = (  # 2 <= z <= 6.1, 2^-53.0
+    _hex("0x1.03c2e1036a5c1p+0"), _hex("0x1.350cc14ac88d6p+2"), _hex("0x1.303ad6f4750bcp+4"),
+    _hex("0x1.e0af96d4c4e69p+5"), _hex("0x1.1d3942f659b00p+7"), _hex("0x1.a4737e341797dp+7"),
+    _hex("0x1.2759905d0ff47p+3"), _hex("-0x1.7740ac215d8d1p+9"), _hex("-0x1.251babf413de1p+10"),
+    _hex("0x1.e97332170a612p+10"), _hex("0x1.d84c3836d8169p+12"), _hex("-0x1.42037ad27c598p+12"),
+    _hex("-0x1.5b7283e5fb3dfp+15"), _hex("0x1.45909225b47efp+14"), _hex("0x1.0da8c9a72b488p+18"),
+    _hex("-0x1.4c7244a401052p+17"), _hex("-0x1.a092c091e8579p+20"),
+)
+_F64_ERFC_GC = (  # 6 <= z <= 27.3, 2^-55.8
+    _hex("0x1.6efe3bf050e67p-1"), _hex("0x1.51b52648a1a1bp+1"), _hex("0x1.19f5fd479f045p+3"),
+    _hex("0x1.a2fc5869a4f74p+4"), _hex("0x1.0c475a1126db3p+6"), _hex("0x1.16245649383c9p+7"),
+    _hex("0x1.8a6c4a0f2c1b8p+7"), _hex("0x1.3d82aa04e2aaep+5"), _hex("-0x1.61fce2d0f1488p+9"),
+    _hex("-0x1.d85c91934e231p+10"), _hex("-0x1.3156061abcd25p+9"), _hex("0x1.2849f7582de1bp+13"),
+    _hex("0x1.615fbaac271eap+14"), _hex("-0x1.579d8e4456ca1p+14"), _hex("-0x1.881eff108da43p+17"),
+    _hex("-0x1.fb159648c1e61p+16"), _hex("0x1.4b13f5ff82443p+20"),
+)
+_F64_ERFC_VC = (_hex("0x1.dd8a83985a14ep-3"), _hex("0x1.3d53d53d53d54p-3"), _hex("0x1.272574e02d0f8p-4"))
+
+
+def _erfc_parts_f64(m, z, X, Xe):
+    """erfc(z) = 2^n (ph + pl) for float64 z >= 0.75 (clamped at 27.3: erfc rounds to 0 beyond),
+    X + Xe = z^2 exactly: exp(-z^2) from the exp core, (z + 3) exp(z^2) erfc(z) from the
+    polynomial of z's piece in 1/(z + 3) (a double-double reciprocal)."""
+    zc = m.where(z > 27.3, m.const(27.3, "f64"), z)
+    big = z > 27.3
+    X = m.where(big, m.const(27.3 * 27.3, "f64"), X)
+    Xe = m.where(big, m.const(0.0, "f64"), Xe)
+    t, s, sl = _exp_core(m, -X, -Xe)
+    dh, dl = _two_sum(zc, m.const(3.0, "f64"))
+    vh = 1.0 / dh
+    vl = vh * m.fma(-vh, dl, m.fma(-vh, dh, 1.0))
+    a, b = zc < 2.05, zc < 6.05
+
+    def pick(p, q, r):
+        return m.where(a, p, m.where(b, q, r))
+
+    def const(v):
+        return m.const(v, "f64")
+    w = (vh - pick(*map(const, _F64_ERFC_VC))) + vl           # exact difference, then vl
+    tail = pick(*(_horner(m, w, G[1:]) for G in (_F64_ERFC_GA, _F64_ERFC_GB, _F64_ERFC_GC)))
+    c0 = pick(*(const(G[0]) for G in (_F64_ERFC_GA, _F64_ERFC_GB, _F64_ERFC_GC)))
+    q, qe = _two_prod(m, w, tail)
+    g, ge = _two_sum(c0, q)                                 # G = c0 + w tail: last step exact
+    gl = ge + qe
+    fh, fe = _two_prod(m, vh, g)
+    fl = m.fma(vl, g, m.fma(vh, gl, fe))
+    ph, pe = _two_prod(m, s, fh)
+    return t, ph, pe + m.fma(s, fl, sl * fh)
+
+
+def _erf_small_f64(m, x):
+    """erf(x) = x + x P(x^2) = eh + el for |x| <= 0.75."""
+    p = x * _horner(m, x * x, _F64_ERF_P)
+    return _fast_two_sum(x, p)
+
+
+def _erf_f64(m, x):
+    ax = m.abs(x)
+    X, Xe = _two_prod(m, ax, ax)
+    t, ph, pl = _erfc_parts_f64(m, m.where(ax > 6.0, m.const(6.0, "f64"), ax), X, Xe)
+    S = _pow2(m, t, 0, x)                                   # n >= -53: normal
+    a, ae = _fast_two_sum(m.const(1.0, "f64"), -(ph * S))
+    large = _copysign(m, a + (ae - pl * S), x)             # 1 - erfc(|x|)
+    eh, el = _erf_small_f64(m, x)
+    return m.where(ax < 0.75, eh + el, m.where(ax > 6.0, _copysign(m, m.const(1.0, "f64"), x), large))
+
+
+def _erfc_f64(m, x):
+    ax = m.abs(x)
+    X, Xe = _two_prod(m, ax, ax)
+    t, ph, pl = _erfc_parts_f64(m, m.where(ax < 0.75, m.const(0.75, "f64"), ax), X, Xe)
+    pos = _scale(m, ph + pl, t, ax < 0.0)                   # erfc(|x|), |x| >= 0.75
+    S = _pow2(m, t, 0, x)                                   # valid for |x| < 26.6
+    a, ae = _fast_two_sum(m.const(2.0, "f64"), -(ph * S))
+    neg = m.where(ax > 26.0, m.const(2.0, "f64"), a + (ae - pl * S))   # 2 - erfc(|x|)
+    eh, el = _erf_small_f64(m, x)
+    b, be = _fast_two_sum(m.const(1.0, "f64"), -eh)
+    small = b + (be - el)                                   # 1 - erf(x)
+    return m.where(ax < 0.75, small, m.where(x > 0.0, pos, neg))
 
 
 _F64_SQRT2 = _hex("0x1.6a09e667f3bcdp+0")
@@ -725,7 +793,26 @@ def gelu(m, x):
         # below 2^-20, x/2 + x^2/sqrt(2 pi) in one float32 rounding (x/2 may be a subnormal tie)
         tiny = m.fma(x, x * _hex("0x1.988454p-2"), x * 0.5)
         return m.where(m.abs(x) < _hex("0x1p-20"), tiny, g)
-    raise NotImplementedError(x.dtype)
+    return _gelu_f64(m, x)
+
+
+def _gelu_f64(m, x):
+    """float64 gelu: Phi from erf (|x| / sqrt 2 < 0.75) or erfc (exp(-x^2/2) with x^2 exact)."""
+    xc = _clamp(m, x, -40.0, 8.3)                           # gelu rounds to -0 / x beyond
+    y = m.abs(xc)
+    X, Xe = _two_prod(m, y, y)
+    z = y * _F64_SQRT_HALF
+    t, ph, pl = _erfc_parts_f64(m, m.where(z < 0.75, m.const(0.75, "f64"), z), X * 0.5, Xe * 0.5)
+    s2 = _pow2(m, t, 599, x)                                # 2^(n - 1 + 600): normal
+    neg = (m.fma(xc, ph, xc * pl) * s2) * 2.0 ** -600       # x Phi(x) = x erfc(|z|) / 2
+    s1 = s2 * 2.0 ** -600                                   # x > 0: n >= -50
+    a, ae = _fast_two_sum(m.const(1.0, "f64"), -(ph * s1))
+    pos = m.fma(xc, a, xc * (ae - pl * s1))                 # x (1 - erfc(z) / 2)
+    eh, el = _erf_small_f64(m, _copysign(m, z, xc))
+    b, be = _fast_two_sum(m.const(0.5, "f64"), eh * 0.5)
+    small = m.fma(xc, b, xc * m.fma(el, 0.5, be))           # x (1 + erf(x / sqrt 2)) / 2
+    g = m.where(z < 0.75, small, m.where(xc < 0.0, neg, pos))
+    return m.where(x > 8.3, x, g)
 
 
 _F32_ERFINV_A = (
@@ -759,4 +846,33 @@ def erfinv(m, x):
         y = m.cast(y, "f32")
         y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), _c(m, float("inf"), x), float("nan")))
         return _copysign(m, m.where(m.isnan(x), x, y), x)
-    raise NotImplementedError(x.dtype)
+    return _erfinv_f64(m, x)
+
+
+_F32_ERFINV_C = (  # erfinv(x) = x P_c(sqrt(w) - 5), 16.5 <= w < 38 (float64 inputs), 2^-26.7
+    _hex("0x1.3664dep+2"), _hex("0x1.02a30ep+0"), _hex("-0x1.242816p-13"), _hex("-0x1.c36a28p-13"),
+    _hex("0x1.44114ap-14"), _hex("-0x1.4a16c6p-16"), _hex("0x1.0d9b72p-18"), _hex("-0x1.b638c4p-21"),
+)
+
+
+def _erfinv_f64(m, x):
+    """float64: the float32 initial guess (plus a branch for |x| closer to 1) and one Halley
+    step with the float64 erf/erfc (cubic convergence: 2^-23 -> below 2^-60)."""
+    ax = m.abs(x)
+    w = -log(m, (1.0 - ax) * (1.0 + ax))
+    pa = _horner(m, w - 2.5, _F32_ERFINV_A)
+    sw = m.sqrt(m.where(w < 5.0, m.const(5.0, "f64"), w))
+    pb = _horner(m, sw - 3.0, _F32_ERFINV_B)
+    pc = _horner(m, sw - 5.0, _F32_ERFINV_C)
+    y0 = ax * m.where(w < 5.0, pa, m.where(w < 16.5, pb, pc))
+    y0 = m.where(y0 < 8.3, y0, m.const(8.3, "f64"))        # erfinv(1 - 2^-53) = 5.9
+    X, Xe = _two_prod(m, y0, y0)
+    t, ph, pl = _erfc_parts_f64(m, m.where(y0 < 0.75, m.const(0.75, "f64"), y0), X, Xe)
+    S = _pow2(m, t, 0, x)
+    r_large = ((1.0 - ax) - ph * S) - pl * S                # erf(y0) - |x| = (1 - |x|) - erfc(y0)
+    eh, el = _erf_small_f64(m, y0)
+    r = m.where(y0 < 0.75, (eh - ax) + el, r_large)
+    d = _exp_f64_lowacc(m, -X) * _hex("0x1.20dd750429b6dp+0")   # erf'(y0) = 2/sqrt(pi) e^-y0^2
+    y = y0 - r / (d + y0 * r)                               # Halley: erf'' = -2 y erf'
+    y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), _c(m, float("inf"), x), float("nan")))
+    return _copysign(m, m.where(m.isnan(x), x, y), x)
