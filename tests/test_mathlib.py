@@ -20,10 +20,17 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 import pytest
+from mathlib_support import (
+    NumpyMath,
+    correctly_rounded,
+    numba_kernel,
+    same_bits,
+    sample_f32,
+    sample_f64,
+    ulp_error,
+)
 
 from infiniop.elementwise import mathlib
-from mathlib_support import (NumpyMath, correctly_rounded, numba_kernel, same_bits, sample_f32,
-                             sample_f64, ulp_error)
 
 torch = pytest.importorskip("torch")
 
@@ -287,8 +294,9 @@ def test_softplus_parameters():
     rng = np.random.default_rng(0)
     x = rng.uniform(-30, 30, 1 << 14).astype(np.float32)
     for beta, threshold in [(2.0, 20.0), (0.5, 10.0), (1.0, 5.0)]:
-        y = NumpyMath().run(lambda m, v: mathlib.softplus(m, v, m.const(beta, "f32"),
-                                                          m.const(threshold, "f32")), x)
+        def fn(m, v, beta=beta, threshold=threshold):
+            return mathlib.softplus(m, v, m.const(beta, "f32"), m.const(threshold, "f32"))
+        y = NumpyMath().run(fn, x)
         z = x.astype(np.float64) * beta
         ref = np.where(x * np.float32(beta) > threshold, x,
                        (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / beta)
