@@ -692,7 +692,7 @@ _F64_ERFC_GC = (  # 6 <= z <= 27.3, 2^-55.8
     _hex("0x1.615fbaac271eap+14"), _hex("-0x1.579d8e4456ca1p+14"), _hex("-0x1.881eff108da43p+17"),
     _hex("-0x1.fb159648c1e61p+16"), _hex("0x1.4b13f5ff82443p+20"),
 )
-_F64_ERFC_VC = (_hex("0x1.dd8a83985a14ep-3"), _hex("0x1.3d53d53d53d54p-3"), _hex("0x1.272574e02d0f8p-4"))
+_F64_ERFC_VCS = (_hex("0x1.dd8a83985a14ep-3"), _hex("0x1.3d53d53d53d54p-3"), _hex("0x1.272574e02d0f8p-4"))
 
 
 def _erfc_parts_f64(m, z, X, Xe):
@@ -714,7 +714,7 @@ def _erfc_parts_f64(m, z, X, Xe):
 
     def const(v):
         return m.const(v, "f64")
-    w = (vh - pick(*map(const, _F64_ERFC_VC))) + vl           # exact difference, then vl
+    w = (vh - pick(*map(const, _F64_ERFC_VCS))) + vl           # exact difference, then vl
     tail = pick(*(_horner(m, w, G[1:]) for G in (_F64_ERFC_GA, _F64_ERFC_GB, _F64_ERFC_GC)))
     c0 = pick(*(const(G[0]) for G in (_F64_ERFC_GA, _F64_ERFC_GB, _F64_ERFC_GC)))
     q, qe = _two_prod(m, w, tail)
