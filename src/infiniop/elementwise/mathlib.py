@@ -669,33 +669,40 @@ _F64_ERF_P = (  # |x| <= 0.75, 2^-56.2 absolute
     _hex("-0x1.5f6a24d34dfb1p-23"), _hex("0x1.fbb91b5403e71p-27"), _hex("-0x1.48b8bc0258c93p-30"),
     _hex("0x1.3fe95c8b4dc89p-34"),
 )
-_F64_ERFC_GA = (  # 0.7 <= z <= 2.1, 2^-54.5 relative
+_F64_ERFC_GA = (  # 0.7 <= z <= 2.1, 2^-54.5 with the low parts
     _hex("0x1.8b24b75c90eb2p+0"), _hex("0x1.26fc4a1977ac1p+3"), _hex("0x1.3a7eda42179f8p+5"),
-    _hex("0x1.d229dec66d2f0p+6"), _hex("0x1.a622953138425p+7"), _hex("0x1.919ccb1733b5fp+6"),
-    _hex("-0x1.df45bdbe73df8p+8"), _hex("-0x1.7decea78dbbb5p+9"), _hex("0x1.3fcfdf8413b38p+10"),
-    _hex("0x1.8b356f18805f0p+11"), _hex("-0x1.506dfe3364127p+12"), _hex("-0x1.69e99d11fbf0cp+13"),
-    _hex("0x1.da2ba638e7b24p+14"), _hex("0x1.d6b2ff0ba6270p+14"), _hex("-0x1.4a7eb6eae0f87p+17"),
+    _hex("0x1.d229dec66d2f0p+6"), _hex("0x1.a622953138428p+7"), _hex("0x1.919ccb17328e3p+6"),
+    _hex("-0x1.df45bdbe752a0p+8"), _hex("-0x1.7decea76e326bp+9"), _hex("0x1.3fcfdf86c3ea3p+10"),
+    _hex("0x1.8b356ba606832p+11"), _hex("-0x1.506e010f9120dp+12"), _hex("-0x1.69e66392961e6p+13"),
+    _hex("0x1.da2d271a7e85dp+14"), _hex("0x1.d3a1484755f20p+14"), _hex("-0x1.4aa65892e92c1p+17"),
+    _hex("0x1.2ae65065477cdp+15"),
 )
-_F64_ERFC_GB = (  # 2 <= z <= 6.1, 2^-53.0
+_F64_ERFC_GB = (  # 2 <= z <= 6.1
     _hex("0x1.03c2e1036a5c1p+0"), _hex("0x1.350cc14ac88d6p+2"), _hex("0x1.303ad6f4750bcp+4"),
-    _hex("0x1.e0af96d4c4e69p+5"), _hex("0x1.1d3942f659b00p+7"), _hex("0x1.a4737e341797dp+7"),
-    _hex("0x1.2759905d0ff47p+3"), _hex("-0x1.7740ac215d8d1p+9"), _hex("-0x1.251babf413de1p+10"),
-    _hex("0x1.e97332170a612p+10"), _hex("0x1.d84c3836d8169p+12"), _hex("-0x1.42037ad27c598p+12"),
-    _hex("-0x1.5b7283e5fb3dfp+15"), _hex("0x1.45909225b47efp+14"), _hex("0x1.0da8c9a72b488p+18"),
-    _hex("-0x1.4c7244a401052p+17"), _hex("-0x1.a092c091e8579p+20"),
+    _hex("0x1.e0af96d4c4e68p+5"), _hex("0x1.1d3942f659b00p+7"), _hex("0x1.a4737e3417cefp+7"),
+    _hex("0x1.2759905d25269p+3"), _hex("-0x1.7740ac2204bccp+9"), _hex("-0x1.251babf5fac77p+10"),
+    _hex("0x1.e97334309df1ep+10"), _hex("0x1.d84c3b2b02d65p+12"), _hex("-0x1.420564e5d8375p+12"),
+    _hex("-0x1.5b73d46c19cb8p+15"), _hex("0x1.468eeff5e4fc9p+14"), _hex("0x1.0dfe99e166654p+18"),
+    _hex("-0x1.6f76e2405ec10p+17"), _hex("-0x1.b7e289dab388dp+20"), _hex("0x1.fc1151038e8eep+20"),
+    _hex("0x1.4ea3f8f935e29p+23"),
 )
-_F64_ERFC_GC = (  # 6 <= z <= 27.3, 2^-55.8
+_F64_ERFC_GC = (  # 6 <= z <= 27.3
     _hex("0x1.6efe3bf050e67p-1"), _hex("0x1.51b52648a1a1bp+1"), _hex("0x1.19f5fd479f045p+3"),
     _hex("0x1.a2fc5869a4f74p+4"), _hex("0x1.0c475a1126db3p+6"), _hex("0x1.16245649383c9p+7"),
-    _hex("0x1.8a6c4a0f2c1b8p+7"), _hex("0x1.3d82aa04e2aaep+5"), _hex("-0x1.61fce2d0f1488p+9"),
-    _hex("-0x1.d85c91934e231p+10"), _hex("-0x1.3156061abcd25p+9"), _hex("0x1.2849f7582de1bp+13"),
-    _hex("0x1.615fbaac271eap+14"), _hex("-0x1.579d8e4456ca1p+14"), _hex("-0x1.881eff108da43p+17"),
-    _hex("-0x1.fb159648c1e61p+16"), _hex("0x1.4b13f5ff82443p+20"),
+    _hex("0x1.8a6c4a0f2c1b8p+7"), _hex("0x1.3d82aa04e2a33p+5"), _hex("-0x1.61fce2d0f143bp+9"),
+    _hex("-0x1.d85c91934c7d4p+10"), _hex("-0x1.3156061ad49afp+9"), _hex("0x1.2849f7576dbf3p+13"),
+    _hex("0x1.615fbaae2a9bep+14"), _hex("-0x1.579d8d9335b62p+14"), _hex("-0x1.881eff6a22522p+17"),
+    _hex("-0x1.fb15b6c3bf2e2p+16"), _hex("0x1.4b13fc34626e3p+20"),
 )
 _F64_ERFC_VCS = (_hex("0x1.dd8a83985a14ep-3"), _hex("0x1.3d53d53d53d54p-3"), _hex("0x1.272574e02d0f8p-4"))
+_F64_ERFC_LO = (  # the low parts of c0, c1 (double-double leading coefficients)
+    (_hex("-0x1.1c886d520ec69p-54"), _hex("-0x1.6b3438c7aad27p-52")),
+    (_hex("0x1.7d562e3d3334fp-54"), _hex("-0x1.6949aeb33d175p-53")),
+    (_hex("-0x1.b1406c2dde7a7p-58"), _hex("-0x1.8d6802738addfp-53")),
+)
 
 
-def _erfc_parts_f64(m, z, X, Xe):
+def _erfc_parts_f64(m, z, X, Xe, zl=None):
     """erfc(z) = 2^n (ph + pl) for float64 z >= 0.75 (clamped at 27.3: erfc rounds to 0 beyond),
     X + Xe = z^2 exactly: exp(-z^2) from the exp core, (z + 3) exp(z^2) erfc(z) from the
     polynomial of z's piece in 1/(z + 3) (a double-double reciprocal)."""
@@ -717,11 +724,15 @@ def _erfc_parts_f64(m, z, X, Xe):
     w = (vh - pick(*map(const, _F64_ERFC_VCS))) + vl           # exact difference, then vl
     tail = pick(*(_horner(m, w, G[1:]) for G in (_F64_ERFC_GA, _F64_ERFC_GB, _F64_ERFC_GC)))
     c0 = pick(*(const(G[0]) for G in (_F64_ERFC_GA, _F64_ERFC_GB, _F64_ERFC_GC)))
+    c0l = pick(*(const(lo[0]) for lo in _F64_ERFC_LO))
+    c1l = pick(*(const(lo[1]) for lo in _F64_ERFC_LO))
     q, qe = _two_prod(m, w, tail)
     g, ge = _two_sum(c0, q)                                 # G = c0 + w tail: last step exact
-    gl = ge + qe
+    gl = ge + (m.fma(w, c1l, qe) + c0l)
     fh, fe = _two_prod(m, vh, g)
     fl = m.fma(vl, g, m.fma(vh, gl, fe))
+    if zl is not None:                                      # F(z + zl) = F + zl (2 z F - 2/sqrt pi)
+        fl = m.fma(zl, m.fma(zc * 2.0, fh, -_hex("0x1.20dd750429b6dp+0")), fl)
     ph, pe = _two_prod(m, s, fh)
     return t, ph, pe + m.fma(s, fl, sl * fh)
 
@@ -802,13 +813,18 @@ def _gelu_f64(m, x):
     y = m.abs(xc)
     X, Xe = _two_prod(m, y, y)
     z = y * _F64_SQRT_HALF
-    t, ph, pl = _erfc_parts_f64(m, m.where(z < 0.75, m.const(0.75, "f64"), z), X * 0.5, Xe * 0.5)
+    zl = m.fma(y, _F64_SQRT_HALF, -z) + y * _hex("-0x1.bdd3413b26456p-55")  # z + zl = |x|/sqrt 2
+    t, ph, pl = _erfc_parts_f64(m, m.where(z < 0.75, m.const(0.75, "f64"), z), X * 0.5, Xe * 0.5, zl)
     s2 = _pow2(m, t, 599, x)                                # 2^(n - 1 + 600): normal
     neg = (m.fma(xc, ph, xc * pl) * s2) * 2.0 ** -600       # x Phi(x) = x erfc(|z|) / 2
     s1 = s2 * 2.0 ** -600                                   # x > 0: n >= -50
     a, ae = _fast_two_sum(m.const(1.0, "f64"), -(ph * s1))
     pos = m.fma(xc, a, xc * (ae - pl * s1))                 # x (1 - erfc(z) / 2)
-    eh, el = _erf_small_f64(m, _copysign(m, z, xc))
+    zs = _copysign(m, z, xc)
+    eh, el = _erf_small_f64(m, zs)
+    # z = |x| / sqrt 2 rounded: add erf'(z) (z - RN(z)) = 2/sqrt(pi) e^-z^2 zl, e^-z^2 ~ 1 - z^2
+    zl = m.fma(xc, _F64_SQRT_HALF, -zs) + xc * _hex("-0x1.bdd3413b26456p-55")
+    el = m.fma(zl * _hex("0x1.20dd750429b6dp+0"), m.fma(-zs, zs * m.fma(zs * zs, -0.5, 1.0), 1.0), el)
     b, be = _fast_two_sum(m.const(0.5, "f64"), eh * 0.5)
     small = m.fma(xc, b, xc * m.fma(el, 0.5, be))           # x (1 + erf(x / sqrt 2)) / 2
     g = m.where(z < 0.75, small, m.where(xc < 0.0, neg, pos))
