@@ -203,6 +203,9 @@ def fma_f64(a, b, c):
                       | (np.maximum(np.abs(a), np.abs(b)) > 2.0 ** 900) | ~np.isfinite(v))
         naive = a * b + c
         v = np.where(fin, v, naive)
+        # an exact zero: +0 (round to nearest) unless product and addend are both zeros
+        zero_terms = (a * b == 0) & (c == 0) & ~((a != 0) & (b != 0))
+        v = np.where(v == 0, np.where(zero_terms, naive, 0.0), v)
         idx = np.nonzero(hard)
         if idx[0].size:
             v = v.copy()
