@@ -1,5 +1,6 @@
 """ns/element of mathlib functions as plain Numba loops (tests/mathlib_support.numba_kernel),
-side by side with torch's CPU kernels, one thread, in one process (interleaved rounds, medians).
+side by side with torch's CPU kernels, in one process (interleaved rounds; min and median).
+One thread by default; ``--threads 2``: prange loops (no non-temporal stores) and torch threads.
 
     PYTHONPATH=src python benchmarks/bench_mathlib.py silu,tanh [--n 1048576] [--dtypes f32,f16,bf16]
 
@@ -55,10 +56,14 @@ def main():
     ap.add_argument("--n", type=int, default=1 << 20)
     ap.add_argument("--dtypes", default="f32")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1, help="> 1: prange kernels, torch threads")
     a = ap.parse_args()
     import ml_dtypes
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
+    if a.threads > 1:
+        import numba
+        numba.set_num_threads(a.threads)
     rng = np.random.default_rng(0)
     for name in a.names.split(","):
         fn = (lambda m, x: x) if name == "copy" else getattr(mathlib, name)
@@ -69,7 +74,7 @@ def main():
             xs = x32.astype(npdt)
             xa = xs.view(np.uint16) if dt != "f32" else xs
             out = np.empty_like(xa)
-            k = numba_kernel(fn, "f32", dt)
+            k = numba_kernel(fn, "f32", dt, parallel=a.threads > 1)
             tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
             x = torch.from_numpy(x32).to(tdt)
             o = torch.empty_like(x)
