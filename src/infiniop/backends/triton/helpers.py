@@ -217,3 +217,35 @@ def abs_(x):
 @triton.jit
 def isnan(x):
     return x != x
+
+
+@triton.jit
+def tan(x):
+    x = to_float(x)
+    return truediv(tl.sin(x), tl.cos(x))
+
+
+@triton.jit
+def trunc(x):
+    """Round toward zero (exact): ceil below zero, floor above (-0.0 and NaN kept)."""
+    x = to_float(x)
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+@triton.jit
+def rint(x):
+    """Round half to even (exact): (|x| + 2**p) - 2**p rounds at the unit in IEEE arithmetic
+    (p = 23 for float32, 52 for float64); |x| >= 2**p, inf and NaN are already integral."""
+    x = to_float(x)
+    a = tl.abs(x)
+    if x.dtype == tl.float64:
+        big = tl.full([], 4503599627370496.0, tl.float64)
+        r = (a + big) - big
+        r = (r.to(tl.uint64, bitcast=True) | (x.to(tl.uint64, bitcast=True)
+                                              & 0x8000000000000000)).to(tl.float64, bitcast=True)
+    else:
+        big = tl.full([], 8388608.0, tl.float32)
+        r = (a + big) - big
+        r = (r.to(tl.uint32, bitcast=True) | (x.to(tl.uint32, bitcast=True)
+                                              & 0x80000000)).to(tl.float32, bitcast=True)
+    return tl.where(a < big, r, x)
