@@ -36,7 +36,8 @@ PRIMITIVES = ("neg", "abs", "invert", "fma", "minimum", "maximum", "where", "sqr
               "ceil", "trunc", "rint", "isnan")
 # Functions left to the backend's math library (not bit-identical across backends); a name that
 # mathlib.py defines is taken from there instead.
-LIBM = ("sin", "cos", "tan", "exp", "log", "tanh")
+LIBM = ("sin", "cos", "tan", "exp", "log", "tanh", "exp2", "expm1", "log2", "log10", "log1p",
+        "erf", "erfc", "atanh")
 
 
 def is_float(t: str) -> bool:

@@ -177,6 +177,7 @@ class ElementwiseSpec:
     params: tuple[Param, ...] = ()
     doc: str = ""
     example: str = ""
+    validate: Callable | None = None  # validate({name: value}) -> message for bad combinations
     signatures: tuple[sigs.Signature, ...] = field(init=False)
 
     def __post_init__(self):
@@ -311,7 +312,12 @@ class ElementwiseSpec:
             known = ", ".join(p.name for p in self.params) or "none"
             raise InfiniError(Status.BAD_PARAM, f"{self.name}: unknown parameter(s) "
                               f"{', '.join(sorted(unknown))}; it takes: {known}")
-        return tuple(p.convert(self.name, given.get(p.name, p.default)) for p in self.params)
+        values = tuple(p.convert(self.name, given.get(p.name, p.default)) for p in self.params)
+        if self.validate is not None:
+            msg = self.validate({p.name: v for p, v in zip(self.params, values)})
+            if msg:
+                raise InfiniError(Status.BAD_PARAM, f"{self.name}: {msg}")
+        return values
 
     # -- entry points --------------------------------------------------------------------------------
     def create_descriptor(self, handle, *descs, **params):
@@ -356,8 +362,8 @@ def _functional_call(spec, arrays, out, params):
 
 def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None = None, *,
                 outputs=("out",), input_dtypes: dict[int, DType] | None = None,
-                signatures=None, params=(), operands=None, doc: str = "", example: str = "",
-                register: bool = True) -> ElementwiseSpec:
+                signatures=None, params=(), operands=None, validate=None, doc: str = "",
+                example: str = "", register: bool = True) -> ElementwiseSpec:
     """Define an elementwise operator from a scalar expression.
 
     >>> import numpy as np, infiniop
@@ -395,7 +401,8 @@ def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None 
     elif isinstance(signatures, str):
         signatures = [signatures]
     patterns = tuple(sigs.parse(s) for s in signatures)
-    spec = ElementwiseSpec(name, ops, patterns, frozenset(dtypes), expr, params, doc, example)
+    spec = ElementwiseSpec(name, ops, patterns, frozenset(dtypes), expr, params, doc, example,
+                           validate)
     if register:
         REGISTRY[name] = spec
     return spec

@@ -122,13 +122,16 @@ _WORDS = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 
 
 def _ew(op: str, dt: DType, layout: str) -> Variant:
+    """The variant of operator ``op`` whose first written operand has dtype ``dt``."""
     from ... import ops  # noqa: F401
     from ...elementwise.spec import REGISTRY
 
     spec = REGISTRY[op]
+    j = next(k for k, o in enumerate(spec.operands) if o.writes)
+    sig = next(s for s in spec.signatures if s.dtypes[j] is dt)
+    nslots = len(spec.program(sig).slots)
     kind, pat, ndim = _LAYOUTS[layout]
-    dts = [dt] + [spec.input_dtype(k, dt) for k in range(spec.arity)]
-    pattern = pat(spec.arity)
+    pattern = pat(nslots - 1)
     if kind == "flat":
         ce = (("BLOCK", 1024),)
     elif layout == "tiled3":
@@ -136,7 +139,7 @@ def _ew(op: str, dt: DType, layout: str) -> Variant:
     else:
         ce = (("BR", 4), ("BC", 256))
     return Variant(f"{op}-{dt.short_name}-{layout}",
-                   ("ew", op, tuple(d.name for d in dts), kind, pattern, ndim), ce, 4)
+                   ("ew", op, tuple(d.name for d in sig.dtypes), kind, pattern, ndim), ce, 4)
 
 
 def _rearrange_variants(full: bool) -> list[Variant]:

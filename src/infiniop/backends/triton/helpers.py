@@ -249,3 +249,46 @@ def rint(x):
         r = (r.to(tl.uint32, bitcast=True) | (x.to(tl.uint32, bitcast=True)
                                               & 0x80000000)).to(tl.float32, bitcast=True)
     return tl.where(a < big, r, x)
+
+
+# Placeholders of the backend's own math (not bit-identical to the CPU) until mathlib.py
+# defines these functions in primitives.
+@triton.jit
+def exp2(x):
+    return tl.exp2(to_float(x))
+
+
+@triton.jit
+def expm1(x):
+    return tl.exp(to_float(x)) - 1.0
+
+
+@triton.jit
+def log2(x):
+    return tl.log2(to_float(x))
+
+
+@triton.jit
+def log10(x):
+    return tl.log(to_float(x)) * 0.4342944819032518
+
+
+@triton.jit
+def log1p(x):
+    return tl.log(1.0 + to_float(x))
+
+
+@triton.jit
+def erf(x):
+    return tl.erf(to_float(x))
+
+
+@triton.jit
+def erfc(x):
+    return 1.0 - tl.erf(to_float(x))
+
+
+@triton.jit
+def atanh(x):
+    x = to_float(x)
+    return 0.5 * tl.log(truediv(1.0 + x, 1.0 - x))
