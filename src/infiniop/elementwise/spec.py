@@ -10,6 +10,7 @@ signature into a :class:`Program`, the backend-independent description of the ke
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import threading
 from collections.abc import Callable
@@ -339,6 +340,43 @@ class ElementwiseSpec:
         return object.__reduce__(self)
 
 
+def call_signature(ops, params) -> inspect.Signature:
+    """The functional form's signature (what help() and IDEs show)."""
+    P = inspect.Parameter
+    ps = [P(o.name, P.POSITIONAL_OR_KEYWORD, default=None if o.optional else P.empty)
+          for o in ops if o.reads]
+    if any(o.role == "out" for o in ops):
+        ps.append(P("out", P.KEYWORD_ONLY, default=None))
+    ps += [P(p.name, P.KEYWORD_ONLY, default=p.default) for p in params]
+    return inspect.Signature(ps)
+
+
+def help_text(name, ops, patterns, tvars, params, doc, example) -> str:
+    """The operator's own help: call forms, signatures, parameters, what it computes."""
+    outs = [o.name for o in ops if o.role == "out"]
+    names = ", ".join(o.name for o in ops)
+    returns = ", ".join(o.name for o in ops if o.writes)
+    lines = [doc or f"The {name} operator.", "",
+             f"Returns {returns}" + (" (allocated unless given as out=)." if outs else "."),
+             f"Descriptor API: create_{name}_descriptor(handle, {names}"
+             + "".join(f", {p.name}=..." for p in params) + ")",
+             f"                desc.calculate(workspace, {names}, stream=None)",
+             f"Signatures (inputs -> outputs): {sigs.describe(list(patterns), tvars)}"]
+    inout = [o.name for o in ops if o.role == "inout"]
+    if inout:
+        lines.append(f"Updated in place: {', '.join(inout)}.")
+    optional = [o.name for o in ops if o.optional]
+    if optional:
+        lines.append(f"Optional (may be None): {', '.join(optional)}.")
+    if params:
+        lines.append("Parameters (fixed at create): " + ", ".join(
+            f"{p.name} ({p.dtype}, default {p.default!r})" for p in params))
+    lines.append("fp16/bf16 are computed in float32 and rounded once to nearest even.")
+    if example:
+        lines += ["", "Example:", "", example]
+    return "\n".join(lines)
+
+
 def _registered(name: str) -> ElementwiseSpec:
     from .. import ops  # noqa: F401  (registers the built-in operators)
 
@@ -401,8 +439,13 @@ def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None 
     elif isinstance(signatures, str):
         signatures = [signatures]
     patterns = tuple(sigs.parse(s) for s in signatures)
-    spec = ElementwiseSpec(name, ops, patterns, frozenset(dtypes), expr, params, doc, example,
-                           validate)
+    args = (name, ops, patterns, frozenset(dtypes), expr, params, doc, example, validate)
+    # a class of its own per operator, so that help(infiniop.<op>) shows the operator's help
+    cls = type(name, (ElementwiseSpec,), {"__doc__": help_text(*args[:3], args[3], params, doc,
+                                                                example),
+                                          "__signature__": call_signature(ops, params),
+                                          "__module__": "infiniop"})
+    spec = cls(*args)
     if register:
         REGISTRY[name] = spec
     return spec
