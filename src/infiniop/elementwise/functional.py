@@ -11,6 +11,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..dask_arrays import elementwise as dask_elementwise
+from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
 from ..layout import broadcast_shape
 from ..memory import empty_aligned
@@ -103,6 +105,8 @@ def _numpy_key(spec, args, out):
 
 
 def _call_general(spec, args, out, key):
+    if is_dask(out) or any(is_dask(a) for a in args):  # a lazy graph instead (dask_arrays.py)
+        return dask_elementwise(spec, args, out)
     if len(args) != spec.arity:
         raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
                           f"({', '.join(spec.inputs)}), got {len(args)}")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..dtype import DType
 from .expr import Expr, render, trace
@@ -62,6 +63,28 @@ class ElementwiseSpec:
 
     def __repr__(self) -> str:
         return f"<elementwise operator {self.name}({', '.join(self.inputs)})>"
+
+    def __reduce__(self):
+        """Pickle as the constructor's arguments, so an operator reaches other processes (Dask
+        workers): ``fn`` travels by value with cloudpickle (a lambda) or by reference with pickle
+        (a module-level function); the receiver traces it again."""
+        init = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        return _unpickle, (type(self), init, self.key)
+
+
+_UNPICKLED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _unpickle(cls, init: dict, key: str):
+    """One operator object per process for the same definition: the registered one when it is
+    the same operator, else the first copy unpickled, so per-operator caches keep hitting."""
+    for known in (REGISTRY.get(init["name"]), _UNPICKLED.get(key)):
+        if (type(known) is cls and known.key == key
+                and all(getattr(known, k) == v for k, v in init.items() if k != "fn")):
+            return known
+    spec = cls(**init)
+    _UNPICKLED[key] = spec
+    return spec
 
 
 def _functional_call(spec, arrays, out):

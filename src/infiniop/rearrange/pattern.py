@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..dask_arrays import is_dask
+from ..dask_arrays import rearrange as rearrange_dask
 from ..interop import inspect_buffer
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor, contiguous_strides
@@ -261,6 +263,8 @@ def rearrange(x, pattern: str, **axis_sizes):
             return out
     if x is None:
         raise InfiniError(Status.NULL_POINTER, "operand 'x': array is None")
+    if is_dask(x):  # a lazy graph instead (dask_arrays.py)
+        return rearrange_dask(x, pattern, axis_sizes)
     info = inspect_buffer(x, "x")
     if info.trusted:
         raise InfiniError(Status.BAD_PARAM, "rearrange needs an array or tensor, not an address")
