@@ -198,6 +198,32 @@ def test_missing_dask_says_what_to_install(monkeypatch):
     raises(Status.BAD_PARAM, infiniop.rearrange, x, "a -> a", match="pip install 'infiniop[dask]'")
 
 
+def test_recycled_output_buffers_are_reused_only_when_nothing_refers_to_them():
+    shape = (dask_arrays._POOL_MIN // 4 + 16,)  # pooled (above the minimum size)
+    x = dask_arrays.recycled_empty(shape, np.float32)
+    assert x.ctypes.data % 64 == 0 and x.shape == shape and x.dtype == np.float32
+    addr = x.ctypes.data
+    view = x[3:]  # a view keeps the buffer busy
+    del x
+    y = dask_arrays.recycled_empty(shape, np.float32)
+    assert y.ctypes.data != addr
+    del view, y
+    z = dask_arrays.recycled_empty(shape, np.int32)  # same byte size: the same buffer again
+    assert z.ctypes.data == addr
+
+
+def test_results_kept_alive_are_not_overwritten_by_later_blocks():
+    a = values((1024, 512), np.float32)  # 1 MiB blocks of 256 rows: pooled outputs
+    x = chunked(a, (256, 512))
+    kept = infiniop.neg(x).persist(scheduler="threads")  # its blocks live in pooled buffers
+    single = infiniop.neg(chunked(a, -1)).compute()  # one block: the pooled array itself
+    later = [infiniop.sub(x, x).compute(scheduler="sync") for _ in range(3)]
+    assert_exact(kept.compute(), -a)
+    assert_exact(single, -a)
+    for b in later:
+        assert_exact(b, promised(np.subtract, np.float32, a, a))
+
+
 # ---------------------------------------------------------------------------------------------
 # Pickling (what distributed does to an operator)
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,9 @@ Dask is optional: ``pip install 'infiniop[dask]'``.
 from __future__ import annotations
 
 import operator
+import os
+import sys
+import threading
 from functools import partial
 from math import prod
 
@@ -96,7 +99,8 @@ def elementwise(spec, args, out=None, kwargs=None):
     outs = result if isinstance(result, tuple) else (result,)
     out_metas = [meta_from_array(metas[0], ndim=nd, dtype=r.dtype) for r in outs]
     token = tokenize(spec.name, getattr(spec, "key", None), sorted(kwargs.items()), *operands)
-    blocks = da.blockwise(partial(_block, spec, kwargs), tuple(range(nd)), *pairs,
+    into = outs[0].dtype if len(outs) == 1 and type(metas[0]) is np.ndarray else None
+    blocks = da.blockwise(partial(_block, spec, kwargs, into), tuple(range(nd)), *pairs,
                           name=f"{spec.name}-{token}", meta=out_metas[0])
     if not isinstance(result, tuple):
         return blocks
@@ -104,8 +108,57 @@ def elementwise(spec, args, out=None, kwargs=None):
                  for k, m in enumerate(out_metas))
 
 
-def _block(spec, kwargs, *blocks):
-    return spec(*blocks, **kwargs)
+def _block(spec, kwargs, dtype, *blocks):
+    """One block: the functional form; a single NumPy output goes into a recycled buffer."""
+    if dtype is None or not all(type(b) is np.ndarray for b in blocks if hasattr(b, "shape")):
+        return spec(*blocks, **kwargs)
+    shape = np.broadcast_shapes(*(b.shape for b in blocks if hasattr(b, "shape")))
+    return spec(*blocks, out=recycled_empty(shape, dtype), **kwargs)
+
+
+# Fresh memory is expensive: the kernel zeroes every page on first touch (on VMs the hypervisor
+# may fault it in too), which for a large block can cost more than the operation itself. Dask
+# frees a block's result soon after its consumers ran, so block outputs are carved from a bounded
+# set of buffers that are reused once nothing refers to them any more (every NumPy view holds a
+# reference to its owner, so the owner's reference count says when a buffer is free).
+POOL_BYTES = int(os.environ.get("INFINIOP_DASK_POOL_MIB", 1024)) << 20  # kept per process at most
+_POOL_MIN = 1 << 20  # smaller outputs come from malloc, which recycles them well already
+_pool: dict[int, list[np.ndarray]] = {}
+_pool_lock = threading.Lock()
+_pooled = 0
+
+
+def _idle_refcount() -> int:
+    probe = [np.empty(1, np.uint8)]
+    for buf in probe:  # the same references as in recycled_empty: list entry, loop variable, arg
+        return sys.getrefcount(buf)
+
+
+_IDLE = _idle_refcount()
+
+
+def recycled_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised 64-byte aligned array, in a recycled buffer when one is free."""
+    global _pooled
+    from .memory import ALIGNMENT, empty_aligned
+
+    dtype = np.dtype(dtype)
+    nbytes = prod(shape) * dtype.itemsize
+    if nbytes < _POOL_MIN:
+        return empty_aligned(shape, dtype)
+    with _pool_lock:
+        bufs = _pool.setdefault(nbytes, [])
+        for buf in bufs:
+            if sys.getrefcount(buf) == _IDLE:
+                break
+        else:
+            if _pooled + nbytes > POOL_BYTES:
+                return empty_aligned(shape, dtype)
+            buf = np.empty(nbytes + ALIGNMENT, np.uint8)
+            bufs.append(buf)
+            _pooled += nbytes
+        off = -buf.ctypes.data % ALIGNMENT
+        return buf[off:off + nbytes].view(dtype).reshape(shape)
 
 
 # ---------------------------------------------------------------------------------------------
