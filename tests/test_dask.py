@@ -176,6 +176,9 @@ def test_bad_input_gets_the_numpy_statuses_when_the_graph_is_built():
     raises(Status.BAD_PARAM, infiniop.sub, x, [1.0, 2.0, 3.0, 4.0], match="cannot mix")
     unknown = x[x > 0]  # chunk sizes depend on the data: NaN until computed
     raises(Status.BAD_TENSOR_SHAPE, infiniop.neg, unknown, match="compute_chunk_sizes")
+    masked = da.ma.masked_equal(x, 0)  # chunks other than NumPy arrays (masked, CuPy...)
+    raises(Status.BAD_PARAM, infiniop.neg, masked, match="MaskedArray chunks")
+    raises(Status.BAD_PARAM, infiniop.rearrange, masked, "a b -> b a", match="MaskedArray chunks")
 
 
 def test_out_is_refused_with_dask_operands():
@@ -210,6 +213,20 @@ def test_recycled_output_buffers_are_reused_only_when_nothing_refers_to_them():
     del view, y
     z = dask_arrays.recycled_empty(shape, np.int32)  # same byte size: the same buffer again
     assert z.ctypes.data == addr
+    del z
+
+
+def test_recycled_buffers_stay_within_the_bound(monkeypatch):
+    monkeypatch.setattr(dask_arrays, "POOL_BYTES", dask_arrays._pooled + (8 << 20))
+    five, six = 5 << 20, 6 << 20
+    w = dask_arrays.recycled_empty((five // 4,), np.float32)
+    kept = dask_arrays.recycled_empty((six // 4,), np.float32)  # no room left: not pooled
+    assert six not in dask_arrays._pool or not dask_arrays._pool[six]
+    del w, kept
+    v = dask_arrays.recycled_empty((six // 4,), np.float32)  # the idle 5 MiB buffer makes room
+    assert not dask_arrays._pool[five] and len(dask_arrays._pool[six]) == 1
+    assert dask_arrays._pooled <= dask_arrays.POOL_BYTES
+    del v
 
 
 def test_results_kept_alive_are_not_overwritten_by_later_blocks():

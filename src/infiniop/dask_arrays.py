@@ -50,6 +50,15 @@ def _check_known(x, name: str) -> None:
                           "call x.compute_chunk_sizes() first")
 
 
+def _check_numpy_chunks(x, name: str) -> None:
+    if type(x._meta) is not np.ndarray:  # CuPy, sparse, masked... chunks
+        kind = f"{type(x._meta).__module__}.{type(x._meta).__name__}"
+        raise InfiniError(Status.BAD_PARAM,
+                          f"operand '{name}': Dask array of {kind} chunks; infiniop's functional "
+                          "operators take NumPy chunks (for device chunks, call a descriptor on a "
+                          "device handle inside map_blocks)")
+
+
 def _immutable(what: str) -> InfiniError:
     return InfiniError(Status.BAD_PARAM, f"{what}: Dask arrays are immutable, so there is no "
                                          "output to write into; use the returned array "
@@ -78,6 +87,7 @@ def elementwise(spec, args, out=None, kwargs=None):
             a = da.asarray(a)
         if isinstance(a, da.Array):
             _check_known(a, name)
+            _check_numpy_chunks(a, name)
             metas.append(a._meta)
             stand_ins.append(np.zeros((1,) * a.ndim, a.dtype))
         elif a is None or isinstance(a, bool | int | float | np.generic):
@@ -99,7 +109,7 @@ def elementwise(spec, args, out=None, kwargs=None):
     outs = result if isinstance(result, tuple) else (result,)
     out_metas = [meta_from_array(metas[0], ndim=nd, dtype=r.dtype) for r in outs]
     token = tokenize(spec.name, getattr(spec, "key", None), sorted(kwargs.items()), *operands)
-    into = outs[0].dtype if len(outs) == 1 and type(metas[0]) is np.ndarray else None
+    into = outs[0].dtype if len(outs) == 1 else None
     blocks = da.blockwise(partial(_block, spec, kwargs, into), tuple(range(nd)), *pairs,
                           name=f"{spec.name}-{token}", meta=out_metas[0])
     if not isinstance(result, tuple):
@@ -110,7 +120,7 @@ def elementwise(spec, args, out=None, kwargs=None):
 
 def _block(spec, kwargs, dtype, *blocks):
     """One block: the functional form; a single NumPy output goes into a recycled buffer."""
-    if dtype is None or not all(type(b) is np.ndarray for b in blocks if hasattr(b, "shape")):
+    if dtype is None:
         return spec(*blocks, **kwargs)
     shape = np.broadcast_shapes(*(b.shape for b in blocks if hasattr(b, "shape")))
     return spec(*blocks, out=recycled_empty(shape, dtype), **kwargs)
@@ -128,13 +138,14 @@ _pool_lock = threading.Lock()
 _pooled = 0
 
 
-def _idle_refcount() -> int:
-    probe = [np.empty(1, np.uint8)]
-    for buf in probe:  # the same references as in recycled_empty: list entry, loop variable, arg
-        return sys.getrefcount(buf)
+def _idle(bufs: list, i: int) -> bool:
+    """No array refers to ``bufs[i]`` (only the list does)."""
+    return sys.getrefcount(bufs[i]) == _IDLE
 
 
-_IDLE = _idle_refcount()
+_probe = [np.empty(1, np.uint8)]
+_IDLE = sys.getrefcount(_probe[0])  # measured the way _idle measures: the list's + the argument's
+del _probe
 
 
 def recycled_empty(shape, dtype) -> np.ndarray:
@@ -144,19 +155,25 @@ def recycled_empty(shape, dtype) -> np.ndarray:
 
     dtype = np.dtype(dtype)
     nbytes = prod(shape) * dtype.itemsize
-    if nbytes < _POOL_MIN:
+    if nbytes < _POOL_MIN or nbytes > POOL_BYTES:
         return empty_aligned(shape, dtype)
     with _pool_lock:
         bufs = _pool.setdefault(nbytes, [])
-        for buf in bufs:
-            if sys.getrefcount(buf) == _IDLE:
-                break
-        else:
+        free = next((i for i in range(len(bufs)) if _idle(bufs, i)), None)
+        if free is None:
+            for size, others in _pool.items():  # make room: drop idle buffers of other sizes
+                for i in reversed(range(len(others))):
+                    if _pooled + nbytes <= POOL_BYTES:
+                        break
+                    if size != nbytes and _idle(others, i):
+                        del others[i]
+                        _pooled -= size
             if _pooled + nbytes > POOL_BYTES:
                 return empty_aligned(shape, dtype)
-            buf = np.empty(nbytes + ALIGNMENT, np.uint8)
-            bufs.append(buf)
+            bufs.append(np.empty(nbytes + ALIGNMENT, np.uint8))
             _pooled += nbytes
+            free = len(bufs) - 1
+        buf = bufs[free]
         off = -buf.ctypes.data % ALIGNMENT
         return buf[off:off + nbytes].view(dtype).reshape(shape)
 
@@ -180,6 +197,7 @@ def rearrange(x, pattern: str, axis_sizes: dict):
 
     pat = parse(pattern)
     _check_known(x, "x")
+    _check_numpy_chunks(x, "x")
     size, dims, ell = resolve(pat, tuple(x.shape), axis_sizes)
     out_axes = []  # per output dim: the axes merged into it, in order ("1" dropped)
     for group, merged in zip(pat.right.groups, pat.right.bracketed):
@@ -264,6 +282,7 @@ def copy_(dst, src):
     if not isinstance(src, da.Array):
         raise InfiniError(Status.BAD_PARAM, f"operand 'src': cannot use {type(src).__name__}")
     _check_known(src, "src")
+    _check_numpy_chunks(src, "src")
     d = inspect_buffer(dst, "dst")
     if d.trusted:
         raise InfiniError(Status.BAD_PARAM, "copy_ needs arrays or tensors; for raw addresses use "
