@@ -15,6 +15,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..dask_arrays import elementwise as dask_elementwise
+from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
 from ..layout import broadcast_shape
 from ..memory import empty_aligned
@@ -156,6 +158,9 @@ def _is_scalar(a) -> bool:
 
 
 def _call_general(spec, args, out, params, key):
+    if any(is_dask(a) for a in args) or any(is_dask(o) for o in
+                                            (out if isinstance(out, tuple | list) else (out,))):
+        return dask_elementwise(spec, args, out, params)  # a lazy graph (dask_arrays.py)
     ops = spec.operands
     arg_ops = [k for k, o in enumerate(ops) if o.role != "out"]
     out_ops = [k for k, o in enumerate(ops) if o.role == "out"]

@@ -13,8 +13,9 @@ import hashlib
 import inspect
 import math
 import threading
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -334,10 +335,15 @@ class ElementwiseSpec:
     def __repr__(self) -> str:
         return f"<elementwise operator {self.name}({', '.join(o.name for o in self.operands)})>"
 
-    def __reduce__(self):  # registered operators pickle by name (Dask workers, processes)
+    def __reduce__(self):
+        """Registered operators pickle by name; others as their definition, so a user's operator
+        reaches other processes (Dask workers): ``fn`` travels by value with cloudpickle (a
+        lambda) or by reference with pickle (a module-level function); the receiver traces it
+        again."""
         if REGISTRY.get(self.name) is self:
             return (_registered, (self.name,))
-        return object.__reduce__(self)
+        init = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        return _unpickle, (init, self.key)
 
 
 def call_signature(ops, params) -> inspect.Signature:
@@ -383,6 +389,20 @@ def _registered(name: str) -> ElementwiseSpec:
     return REGISTRY[name]
 
 
+_UNPICKLED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _unpickle(init: dict, key: str) -> ElementwiseSpec:
+    """One operator object per process for one definition (the first copy unpickled), so
+    per-operator caches keep hitting."""
+    known = _UNPICKLED.get(key)
+    if known is not None and all(getattr(known, k) == v for k, v in init.items() if k != "fn"):
+        return known
+    spec = _make(**init)
+    _UNPICKLED[key] = spec
+    return spec
+
+
 def _typed_result(r: Expr, compute: str) -> Expr:
     """A constant result (ones, zeros) takes the output's compute type."""
     if r.op == "const" and r.dtype != compute:
@@ -396,6 +416,15 @@ def _functional_call(spec, arrays, out, params):
 
     _functional_call = call  # bind once: the functional path is called in hot loops
     return call(spec, arrays, out, params)
+
+
+def _make(name, operands, patterns, tvars, fn, params=(), doc="", example="", validate=None):
+    """The operator, as an instance of a class of its own so that help(infiniop.<op>) shows the
+    operator's help."""
+    cls = type(name, (ElementwiseSpec,), {
+        "__doc__": help_text(name, operands, patterns, tvars, params, doc, example),
+        "__signature__": call_signature(operands, params), "__module__": "infiniop"})
+    return cls(name, operands, patterns, tvars, fn, params, doc, example, validate)
 
 
 def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None = None, *,
@@ -439,13 +468,7 @@ def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None 
     elif isinstance(signatures, str):
         signatures = [signatures]
     patterns = tuple(sigs.parse(s) for s in signatures)
-    args = (name, ops, patterns, frozenset(dtypes), expr, params, doc, example, validate)
-    # a class of its own per operator, so that help(infiniop.<op>) shows the operator's help
-    cls = type(name, (ElementwiseSpec,), {"__doc__": help_text(*args[:3], args[3], params, doc,
-                                                                example),
-                                          "__signature__": call_signature(ops, params),
-                                          "__module__": "infiniop"})
-    spec = cls(*args)
+    spec = _make(name, ops, patterns, frozenset(dtypes), expr, params, doc, example, validate)
     if register:
         REGISTRY[name] = spec
     return spec

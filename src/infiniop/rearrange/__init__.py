@@ -11,6 +11,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..dask_arrays import copy_ as copy_dask
+from ..dask_arrays import is_dask
 from ..interop import inspect_buffer
 from ..layout import broadcast_strides
 from ..status import InfiniError, Status
@@ -50,6 +52,8 @@ def copy_(dst, src):
         if desc is not None:
             desc.calculate(dst, src)
             return dst
+    if is_dask(dst) or is_dask(src):  # dask_arrays.py
+        return copy_dask(dst, src)
     for obj, name in ((dst, "dst"), (src, "src")):
         if obj is None:
             raise InfiniError(Status.NULL_POINTER, f"operand '{name}': array is None")
