@@ -137,11 +137,15 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
             dt = from_numpy(np.dtype(cai["typestr"]))
             isz = dt.itemsize
             shape = tuple(int(n) for n in cai["shape"])
-            bstrides = cai.get("strides") or [s * isz for s in _contig(shape)]
+            bstrides = tuple(int(s) for s in cai.get("strides") or
+                             [s * isz for s in _contig(shape)])
             addr, ro = cai["data"]
         except (KeyError, TypeError, ValueError) as e:
             raise InfiniError(Status.BAD_PARAM, f"operand '{name}': malformed "
                               f"__cuda_array_interface__ ({e!r})") from None
+        if any(s % isz for s in bstrides):
+            raise InfiniError(Status.BAD_TENSOR_STRIDES, f"operand '{name}': strides {bstrides} "
+                              f"(bytes) are not multiples of {isz}")
         lo, hi = _bounds(addr, shape, bstrides, isz)
         return BufferInfo(addr, dt, shape, tuple(s // isz for s in bstrides), lo, hi, bool(ro),
                           "cuda", obj)
@@ -164,9 +168,26 @@ def _contig(shape):
     return contiguous_strides(shape)
 
 
+def layout_mismatch(shape, strides, want_shape, want_strides) -> Status | None:
+    """Why an array laid out as ``(shape, strides)`` is not the tensor ``(want_shape,
+    want_strides)`` (strides in elements): ``BAD_TENSOR_SHAPE``, ``BAD_TENSOR_STRIDES``, or None
+    when it is. The stride of an extent-1 dim, and every stride of an empty tensor, moves to no
+    element and is not compared. The compiled fast path does the same comparison in
+    ``backends/cpu/arrays.py:layout_end``."""
+    if tuple(shape) != tuple(want_shape):
+        return Status.BAD_TENSOR_SHAPE
+    if 0 in want_shape:
+        return None
+    for n, s, w in zip(want_shape, strides, want_strides):
+        if n != 1 and s != w:
+            return Status.BAD_TENSOR_STRIDES
+    return None
+
+
 def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable: bool) -> None:
-    """Refuse a buffer whose dtype differs from the descriptor's, that is read-only when written,
-    or whose memory does not contain every element the descriptor can reach."""
+    """Refuse a buffer whose dtype, shape or element strides differ from the descriptor's, or
+    that is read-only when written. An array laid out exactly as its descriptor holds every
+    element the descriptor reaches, so this also keeps every access inside the array's memory."""
     if info.trusted:
         return
     if info.dtype is not desc.dtype:
@@ -174,18 +195,15 @@ def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable:
                           f"operand '{name}': buffer holds {info.dtype}, descriptor says {desc.dtype}")
     if writable and info.readonly:
         raise InfiniError(Status.BAD_PARAM, f"operand '{name}': output buffer is read-only")
-    if desc.is_empty:
-        return
-    isz = desc.dtype.itemsize
-    lo_e, hi_e = desc.reach
-    lo, hi = info.address + lo_e * isz, info.address + (hi_e + 1) * isz
-    if lo < info.lo or hi > info.hi:
-        raise InfiniError(
-            Status.BAD_PARAM,
-            f"operand '{name}': descriptor {desc.shape}/{desc.strides} reaches bytes "
-            f"[{lo - info.address}, {hi - info.address}) from element 0, but the buffer only "
-            f"holds [{info.lo - info.address}, {info.hi - info.address})",
-        )
+    status = layout_mismatch(info.shape, info.strides, desc.shape, desc.strides)
+    if status is not None:
+        what = "shapes" if status is Status.BAD_TENSOR_SHAPE else "strides"
+        raise InfiniError(status, (
+            f"operand '{name}': the array is shape {tuple(info.shape)} strides "
+            f"{tuple(info.strides)}, the descriptor says shape {desc.shape} strides {desc.strides} "
+            f"(strides in elements; the {what} differ). Pass an array laid out as the descriptor "
+            "says (np.ascontiguousarray(x) or x.contiguous() for a row-major one), or describe "
+            "the array you have: TensorDescriptor.from_array(x)"))
 
 
 def raw_view(address: int, desc: TensorDescriptor, dtype=None) -> np.ndarray:

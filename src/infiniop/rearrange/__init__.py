@@ -15,6 +15,7 @@ from ..interop import inspect_buffer
 from ..layout import broadcast_strides
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
+from . import descriptor as _descriptor
 from .descriptor import RearrangeDescriptor, create_rearrange_descriptor
 from .meta import RearrangeMeta, plan
 from .pattern import parse, rearrange
@@ -48,7 +49,9 @@ def copy_(dst, src):
     if type(dst) is np.ndarray and type(src) is np.ndarray:  # fast path: no interop objects
         desc = _COPIES.get((dst.dtype, dst.shape, dst.strides, src.dtype, src.shape, src.strides))
         if desc is not None:
-            desc.calculate(dst, src)
+            # a broadcast src is not laid out as its descriptor (that has dst's shape): its
+            # layout is the cache key's, so its memory holds what the descriptor reaches
+            desc.calculate(dst, src if src.shape == dst.shape else _descriptor._address(src))
             return dst
     for obj, name in ((dst, "dst"), (src, "src")):
         if obj is None:

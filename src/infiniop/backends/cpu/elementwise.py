@@ -50,6 +50,8 @@ class ElementwiseKernel:
             lo, hi = d.reach
             meta += [lo * isz[j], (hi + 1) * isz[j], self._origins[j]]
         meta += [int(a) for a in info.aliasable]
+        for d in info.descs:  # what the array launcher compares each array's layout with
+            meta += [d.ndim, *d.shape, *(s * d.dtype.itemsize for s in d.strides)]
         self.meta = np.array(meta, dtype=np.int64)
         shape = getattr(self, "_shape", np.zeros(1, np.int64))
         strides = getattr(self, "_strides", np.zeros((1, 1), np.int64))

@@ -2,7 +2,7 @@
 
 One module per (operator, dtype, layout kind, stride pattern) holds four Numba functions:
 ``serial``/``parallel`` take raw addresses (any buffer kind); ``launch_serial``/``launch_parallel``
-take NumPy arrays and check bounds and overlap in compiled code, which keeps a small call within
+take NumPy arrays and check their layouts and overlap in compiled code, which keeps a small call within
 about a microsecond of NumPy's own ufunc call.
 
 Layout kinds (decided once, at create):
@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16)
-from infiniop.backends.cpu.arrays import extent_of
+from infiniop.backends.cpu.arrays import layout_end
 
 OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
 
@@ -227,22 +227,24 @@ def _source(spec, dtype: DType, kind: str, pattern: str) -> str:
                 loop("            ", "q", "m", f"qo[{out_idx}] = {store}")
             emit("    return 0")
 
-    # Array launchers: bounds and overlap checks in compiled code. meta layout (int64):
-    # [size args...] then per operand j: reach_lo_bytes, reach_hi_bytes, origin_bytes; then per
-    # input k: aliasable flag. Return 0 (done), 1+j (operand j out of bounds), 100+k (output
-    # overlaps input k: the caller decides exactly).
+    # Array launchers: layout and overlap checks in compiled code. meta layout (int64): [size
+    # args...]; per operand j: reach_lo_bytes, reach_hi_bytes, origin_bytes; per input k:
+    # aliasable flag; per operand j: its descriptor's layout (ndim, shape..., byte strides...).
+    # Return 0 (done), 1+j (operand j is not laid out as its descriptor: the caller's general
+    # path says how), 100+k (output overlaps input k: the caller decides exactly). An array laid
+    # out as its descriptor holds every element the descriptor reaches: no bounds check needed.
     nops = arity + 1
     base = 3
     for par in (False, True):
         fname = "launch_parallel" if par else "launch_serial"
         emit("\n\n@njit(**OPTS)")
         emit(f"def {fname}({args}, meta, shape, strides):")
+        emit(f"    pos = {base + 3 * nops + arity}")
         for j, nm in enumerate(names):
-            emit(f"    b{j} = {nm}.ctypes.data")
-            emit(f"    lo, hi = extent_of({nm})")
-            # compared as offsets from b (lo <= b <= hi): b + reach could overflow int64
-            emit(f"    if meta[{base + 3 * j}] < lo - b{j} or meta[{base + 3 * j + 1}] > hi - b{j}:")
+            emit(f"    pos = layout_end({nm}, meta, pos)")
+            emit("    if pos < 0:")
             emit(f"        return {1 + j}")
+            emit(f"    b{j} = {nm}.ctypes.data")
         for k in range(arity):
             j = k + 1
             emit(f"    if not (b0 + meta[{base + 1}] <= b{j} + meta[{base + 3 * j}] or "
