@@ -428,10 +428,25 @@ def test_destroyed_descriptor(handle):
 
 def test_wrong_number_of_inputs(sub34):
     out, (a, b) = canary(S), ok_inputs()
-    raises(PARAM, sub34.calculate, None, out, a)
-    raises(PARAM, sub34.calculate, None, out, a, b, b)
+    raises(PARAM, sub34.calculate, None, out, a, match="takes 4 arguments, got 3")
+    raises(PARAM, sub34.calculate, None, out, a, b, b, match="got 5")
     raises(PARAM, sub34.calculate, None, out)
+    raises(PARAM, sub34.calculate, None)
+    e = raises(PARAM, sub34.calculate)  # an InfiniError, not Python's TypeError
+    assert "calculate(workspace, out, a, b)" in str(e)
     assert untouched(out)
+
+
+def test_forgotten_workspace_is_named(handle, sub34):
+    """``calculate(c, a, b)``: the message says that the first argument is the workspace."""
+    out, (a, b) = canary(S), ok_inputs()
+    e = raises(PARAM, sub34.calculate, out, a, b)
+    assert "the first argument is the workspace" in str(e) and "calculate(None, out, a, b)" in str(e)
+    neg = infiniop.create_neg_descriptor(handle, td(S), td(S))
+    e = raises(PARAM, neg.calculate, out, a, match="the first argument is the workspace")
+    assert untouched(out)
+    e = raises(PARAM, sub34.calculate, None, out, a)  # a real count mistake: no such hint
+    assert "workspace (" not in str(e)
 
 
 @pytest.mark.parametrize("where", ["out", "a", "b"])

@@ -7,6 +7,8 @@ API takes one.
 from __future__ import annotations
 
 import importlib.util
+import io
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -55,6 +57,22 @@ def test_infini_error_carries_status_and_message():
     assert e2.status is Status.BAD_TENSOR_STRIDES
     with pytest.raises(ValueError):
         InfiniError(9, "no such status")
+
+
+def print_of(x) -> str:
+    buf = io.StringIO()
+    print(x, file=buf)
+    return buf.getvalue()
+
+
+def test_status_prints_its_name_and_keeps_its_number():
+    s = Status.BAD_PARAM
+    assert str(s) == f"{s}" == "BAD_PARAM" and print_of(s) == "BAD_PARAM\n"
+    assert f"[{s:>10}]" == "[ BAD_PARAM]"
+    assert int(s) == 3 and s == 3 and f"{s:d}" == "3"
+    assert repr(s) == "<Status.BAD_PARAM: 3>"
+    e = InfiniError(Status.BAD_TENSOR_SHAPE, "x")
+    assert f"{e.status}: {e}" == "BAD_TENSOR_SHAPE: x"
 
 
 def test_public_api_exports():
@@ -148,7 +166,10 @@ def test_as_dtype_accepts_every_spelling(d):
     assert as_dtype(d) is d
     assert as_dtype(int(d)) is d
     assert as_dtype(d.short_name) is d
-    assert as_dtype(d.name) is d
+    if d.name.startswith("U"):  # 'U8'..'U64': NumPy's unicode strings, refused (test below)
+        raises(Status.BAD_TENSOR_DTYPE, as_dtype, d.name, match=repr(d.short_name))
+    else:
+        assert as_dtype(d.name) is d
     expect = DType.U8 if d is DType.BYTE else d
     assert as_dtype(d.numpy) is expect
     assert as_dtype(dtmod.to_torch(d)) is expect
@@ -160,6 +181,83 @@ def test_as_dtype_accepts_every_spelling(d):
 ])
 def test_as_dtype_rejects(bad):
     raises(Status.BAD_TENSOR_DTYPE, dtmod.as_dtype, bad)
+
+
+def _numpy_type_strings() -> list[str]:
+    """Every dtype string NumPy reads: its one-letter codes, its sized codes with and without a
+    byte order, and its type names."""
+    codes = set(np.typecodes["All"]) | {"c", "a"}
+    for kind in "?bBiufcSUVMmO":
+        for n in (1, 2, 4, 8, 16):
+            codes |= {f"{kind}{n}"} | {f"{order}{kind}{n}" for order in "<>=|"}
+    codes |= {k for k in np.sctypeDict if isinstance(k, str)}
+    out = []
+    for text in sorted(codes):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                np.dtype(text)
+            except Exception:  # noqa: BLE001, S112 - not a NumPy dtype string
+                continue
+        out.append(text)
+    return out
+
+
+def test_as_dtype_follows_every_numpy_type_code():
+    """A NumPy dtype string means what it means in NumPy ('i8' is int64, 'f8' float64, 'u8'
+    uint64), or is refused (float128, complex, big-endian, strings...); never another size. The
+    one documented exception is 'byte' (infiniop's BYTE; np.byte is int8), same size."""
+    texts = _numpy_type_strings()
+    assert {"i8", "f4", "u1", "b", "?", "e", "<f2", "f16", "half", "byte", "U8"} <= set(texts)
+    accepted = 0
+    for text in texts:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            npdt = np.dtype(text)
+        if text == "byte":
+            assert dtmod.as_dtype(text) is DType.BYTE and npdt.itemsize == 1
+            continue
+        want = next((d for d in DType if d is not DType.BYTE and d.numpy == npdt), None)
+        if want is None:
+            raises(Status.BAD_TENSOR_DTYPE, dtmod.as_dtype, text, match="supported:")
+        else:
+            got = dtmod.as_dtype(text)
+            assert got is want and got.itemsize == npdt.itemsize, (text, got, npdt)
+            accepted += 1
+    assert accepted >= 40
+    as_dtype = dtmod.as_dtype
+    assert (as_dtype("i8"), as_dtype("u8"), as_dtype("f8")) == (DType.I64, DType.U64, DType.F64)
+    raises(Status.BAD_TENSOR_DTYPE, as_dtype, "f16", match="float128")
+
+
+def test_as_dtype_member_names_where_numpy_reads_none():
+    """Upper-case member names are kept where NumPy gives the string no meaning; lower-case
+    spellings are NumPy's (or nothing): 'bf16', 'i16' are refused."""
+    for d in DType:
+        try:
+            np.dtype(d.name)
+            numpy_reads_it = True
+        except TypeError:
+            numpy_reads_it = False
+        if numpy_reads_it:
+            assert d.name in ("U8", "U16", "U32", "U64")
+            e = raises(Status.BAD_TENSOR_DTYPE, dtmod.as_dtype, d.name)
+            assert "unicode" in str(e) or "<U" in str(e)
+        else:
+            assert dtmod.as_dtype(d.name) is d
+    for bad in ("bf16", "i16", "i32", "f32", "u16", "Float32", "FLOAT32", "Int8"):
+        raises(Status.BAD_TENSOR_DTYPE, dtmod.as_dtype, bad)
+
+
+def test_unsupported_dtypes_list_the_supported_ones():
+    for fn, bad in [(dtmod.from_numpy, np.complex128), (dtmod.from_torch, torch.complex64),
+                    (dtmod.as_dtype, "complex64"), (dtmod.as_dtype, np.complex64)]:
+        e = raises(Status.BAD_TENSOR_DTYPE, fn, bad)
+        assert "supported: bool, int8" in str(e) and "bfloat16" in str(e), str(e)
+    e = raises(Status.BAD_TENSOR_DTYPE, inspect_buffer, np.zeros(2, np.complex128), "a")
+    assert "'a'" in str(e) and "supported:" in str(e)
+    e = raises(Status.BAD_TENSOR_DTYPE, inspect_buffer, torch.zeros(2, dtype=torch.complex64), "b")
+    assert "'b'" in str(e) and "supported:" in str(e)
 
 
 def test_from_numpy_and_torch_reject_unsupported():
@@ -236,6 +334,15 @@ def test_create_handle_bad_device(bad):
 def test_create_handle_unknown_name_lists_known_devices():
     e = raises(Status.BAD_PARAM, create_handle, "gpu")
     assert "'gpu'" in str(e) and "nvidia" in str(e)
+    e = raises(Status.BAD_PARAM, create_handle, "cpu0")
+    assert "use 'nvidia'" not in str(e) and "known: cpu" in str(e)
+
+
+@pytest.mark.parametrize("name, index", [("cuda", 0), ("CUDA", 0), ("cuda:0", 0), ("cuda:3", 3),
+                                         ("gpu", 0), ("gpu:1", 1)])
+def test_create_handle_torch_spellings_point_at_nvidia(name, index):
+    e = raises(Status.BAD_PARAM, create_handle, name, match="use 'nvidia'")
+    assert f"create_handle('nvidia', {index})" in str(e)
 
 
 @pytest.mark.parametrize("bad_id", [-1, True, False, 1.0, "0", None, 0.5])
@@ -578,6 +685,18 @@ def test_check_fits_dtype_and_readonly():
     fits(b, TensorDescriptor(F32, (2, 6), (0, 1)))
 
 
+def test_check_fits_byte_descriptor_takes_uint8_arrays():
+    """BYTE is stored as uint8 (NumPy and torch have no other byte type), so a uint8 array is a
+    BYTE tensor's buffer; no array reports BYTE, and int8 or bool arrays stay refused."""
+    byte = TensorDescriptor(DType.BYTE, (4,))
+    fits(np.zeros(4, np.uint8), byte, writable=True)
+    fits(torch.zeros(4, dtype=torch.uint8), byte, writable=True)
+    fits(np.zeros(4, np.uint8), TensorDescriptor(DType.U8, (4,)), writable=True)
+    for other in (np.int8, np.bool_):
+        raises(Status.BAD_TENSOR_DTYPE, fits, np.zeros(4, other), byte)
+    raises(Status.BAD_TENSOR_STRIDES, fits, np.zeros(8, np.uint8)[::2], byte)
+
+
 def test_check_fits_shape_must_match():
     a = np.zeros(12, np.float64)
     fits(a, TensorDescriptor(DType.F64, (12,)), writable=True)
@@ -744,6 +863,15 @@ def test_operator_descriptor_workspace():
     e = raises(Status.BAD_PARAM, op._check_workspace, ro)
     assert "'workspace'" in str(e)
     raises(Status.BAD_PARAM, op._check_workspace, np.broadcast_to(np.zeros(8), (8, 8)))
+    # a workspace must be dense: a strided view's gaps are not workspace (issue 10)
+    op._check_workspace(np.zeros((8, 8), np.uint8))
+    op._check_workspace(np.zeros((8, 16), np.uint8)[2:6])  # rows of a bigger array: dense
+    for strided in (np.zeros(128, np.uint8)[::2], np.zeros(64, np.uint8)[::-1],
+                    np.zeros((8, 16), np.uint8)[:, :8], np.zeros((8, 8), np.uint8).T,
+                    as_strided(np.zeros(8, np.uint8), (64,), (0,)), torch.zeros(32)[::2]):
+        e = raises(Status.BAD_PARAM, op._check_workspace, strided)
+        assert "'workspace'" in str(e) and "contiguous" in str(e)
+    op._check_workspace(123456)  # a raw address: trusted
 
 
 def test_operator_descriptor_buffer_checks():

@@ -126,7 +126,7 @@ def test_reference_table(case, dtype):
     del dst_desc, src_desc, dst.desc, src.desc  # the descriptor keeps its own copies
     gc.collect()
     assert d.workspace_size == 0
-    d.calculate(dst.view, src.view, None)
+    d.calculate(dst.view, src.view, stream=None)
     np.testing.assert_array_equal(dst.bits(), expected.bits())
     d.destroy()
 
@@ -334,6 +334,14 @@ def test_calculate_errors():
     raises(Status.NULL_POINTER, d.calculate, ok, None)
     raises(Status.NULL_POINTER, d.calculate, 0, ok)
     raises(Status.BAD_PARAM, d.calculate, ok, "not an array")
+    # argument counts are InfiniErrors too; a workspace (rearrange takes none) is named as such
+    src = np.ones((4, 5), np.float32)
+    e = raises(Status.BAD_PARAM, d.calculate, None, ok, src, match="takes no workspace")
+    assert "rearrange.calculate(dst, src) takes 2 arguments, got 3" in str(e)
+    raises(Status.BAD_PARAM, d.calculate, ok, src, 0, match="takes no workspace")
+    raises(Status.BAD_PARAM, d.calculate, ok, match="got 1")
+    raises(Status.BAD_PARAM, d.calculate, match="got 0")
+    assert (ok == 0).all()
 
 
 class _Sub(np.ndarray):
@@ -373,6 +381,18 @@ def test_calculate_refuses_arrays_laid_out_otherwise(kind):
     out = np.zeros((4, 5), np.float32)
     d.calculate(out.ctypes.data, src.ctypes.data)
     assert np.array_equal(out, src)
+
+
+def test_byte_descriptors_copy_uint8_arrays():
+    """A BYTE descriptor takes uint8 arrays (its storage), on the fast and the general path."""
+    byte = TensorDescriptor("BYTE", (3, 4))
+    d = create_rearrange_descriptor(H, TensorDescriptor("BYTE", (3, 4), (1, 3)), byte)
+    src = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    for wrap in (lambda x: x, lambda x: x.view(_Sub), torch.from_numpy):
+        dst = np.zeros((4, 3), np.uint8)
+        d.calculate(wrap(dst.T), wrap(src))
+        assert np.array_equal(dst.T, src)
+    raises(Status.BAD_TENSOR_DTYPE, d.calculate, np.zeros((4, 3), np.int8).T, src)
 
 
 def test_copy_broadcast_source_after_caching():

@@ -557,11 +557,20 @@ def calculate_cells(t: Target, kind: str, handle) -> list[Cell]:
                 arrays = [b.view() for b in bufs]
                 arrays[j] = bad
                 call(desc, arrays, f"'{t.names[j]}' is {what}", S.NULL_POINTER, bufs)
-    elif kind == "wrong_operand_count":
+    elif kind == "wrong_operand_count":  # every count mistake is an InfiniError, not TypeError
         desc, _, bufs = setup(t, handle)
         arrays = [b.view() for b in bufs]
         call(desc, arrays[:-1], "one input missing", S.BAD_PARAM, bufs)
         call(desc, arrays + [arrays[-1]], "one input too many", S.BAD_PARAM, bufs)
+        cells.append(Cell("no argument at all", lambda: desc.calculate(), S.BAD_PARAM, bufs))
+        if t.spec is None:
+            cells.append(Cell("a workspace first (rearrange takes none)",
+                              lambda: desc.calculate(None, *arrays), S.BAD_PARAM, bufs))
+        else:
+            cells.append(Cell("the workspace forgotten", lambda: desc.calculate(*arrays),
+                              S.BAD_PARAM, bufs))
+            cells.append(Cell("the workspace only", lambda: desc.calculate(None), S.BAD_PARAM,
+                              bufs))
     elif kind == "not_an_array":
         for j in range(nops):
             for bad in [[0.0] * 12, 1.5, "buffer", b"\0" * 48, Junk(), -16, 2**64, True,
@@ -997,7 +1006,6 @@ NOT_APPLICABLE = {
         "negative_extent": _TD, "strides_wrong_length": _TD, "workspace_too_small": _WS,
         "huge_span": _HUGE_RUN,
     },
-    "calculate:rearrange": {"wrong_operand_count": _SIG},
     "functional": {
         **{k: _ARRAYS for k in ["negative_extent", "strides_wrong_length", "short_buffer_high",
                                 "short_buffer_low_negative_strides", "short_buffer_mixed_strides",

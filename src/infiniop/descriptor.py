@@ -8,9 +8,9 @@ and is a context manager. It keeps its own copy of everything it needs.
 from __future__ import annotations
 
 from .device import Handle
-from .interop import BufferInfo, check_fits, inspect_buffer
+from .interop import BufferInfo, check_fits, inspect_buffer, layout_mismatch
 from .status import InfiniError, Status
-from .tensor import TensorDescriptor
+from .tensor import TensorDescriptor, contiguous_strides
 
 
 def check_handle(handle) -> Handle:
@@ -28,6 +28,10 @@ def check_descriptor(desc, name: str) -> TensorDescriptor:
         raise InfiniError(Status.BAD_PARAM,
                           f"operand '{name}': expected a TensorDescriptor, got {type(desc).__name__}")
     return desc
+
+
+# calculate's default for an argument left out: any argument-count mistake is an InfiniError
+MISSING = object()
 
 
 class OperatorDescriptor:
@@ -58,6 +62,12 @@ class OperatorDescriptor:
         if not self._alive:
             raise InfiniError(Status.BAD_PARAM, f"{self.name} descriptor was destroyed")
 
+    def _arguments_error(self, signature: str, given: tuple, extra: str = "") -> InfiniError:
+        """BAD_PARAM for a wrong number of buffers, saying what ``calculate`` takes."""
+        got = [x for x in given if x is not MISSING]
+        return InfiniError(Status.BAD_PARAM, f"{self.name}.calculate({signature}) takes "
+                                             f"{signature.count(',') + 1} arguments, got {len(got)}{extra}")
+
     def _check_workspace(self, workspace) -> None:
         need = self.workspace_size
         if need == 0:
@@ -70,9 +80,17 @@ class OperatorDescriptor:
         info = inspect_buffer(workspace, "workspace")
         if info.readonly:  # the kernel writes its scratch data there
             raise InfiniError(Status.BAD_PARAM, "operand 'workspace': buffer is read-only")
-        if info.hi - info.lo < need:
+        if layout_mismatch(info.shape, info.strides, info.shape, contiguous_strides(info.shape)):
+            # the kernel uses the bytes from the data pointer on: a strided view's gaps (or a
+            # reversed view's bytes before it) are not the workspace's
+            raise InfiniError(Status.BAD_PARAM,
+                              f"operand 'workspace': a strided view (shape {info.shape}, strides "
+                              f"{info.strides}); pass a contiguous buffer, e.g. "
+                              f"np.empty({need}, np.uint8)")
+        size = info.hi - info.lo
+        if size < need:
             raise InfiniError(Status.INSUFFICIENT_WORKSPACE,
-                              f"{self.name} needs a workspace of {need} bytes, got {info.hi - info.lo}")
+                              f"{self.name} needs a workspace of {need} bytes, got {size}")
 
     def _buffer(self, obj, desc: TensorDescriptor, name: str, *, writable: bool) -> BufferInfo:
         if obj is None:

@@ -42,8 +42,15 @@ def as_device(value: Device | str | int) -> Device:
         try:
             return Device[value.upper()]
         except KeyError:
-            names = ", ".join(d.name.lower() for d in Device)
-            raise InfiniError(Status.BAD_PARAM, f"unknown device {value!r}; known: {names}") from None
+            pass
+        names = ", ".join(d.name.lower() for d in Device)
+        hint = ""
+        kind, _, index = value.lower().partition(":")
+        if kind in ("cuda", "gpu"):  # torch's spelling: devices are named by vendor here
+            index = index if index.isdigit() else "0"
+            hint = (f"; infiniop names GPUs by vendor: for an NVIDIA GPU use 'nvidia' "
+                    f"(create_handle('nvidia', {index}))")
+        raise InfiniError(Status.BAD_PARAM, f"unknown device {value!r}{hint}; known: {names}")
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return Device(value)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtype import DType, from_numpy, from_torch
+from .dtype import SUPPORTED, DType, from_numpy, from_torch
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor
 
@@ -54,7 +54,8 @@ def _from_ndarray(a: np.ndarray, name: str = "buffer") -> BufferInfo:
         dt = from_numpy(a.dtype)
     except InfiniError:
         raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                          f"operand '{name}': array dtype {a.dtype} is not supported") from None
+                          f"operand '{name}': array dtype {a.dtype} is not supported "
+                          f"(supported: {SUPPORTED})") from None
     isz = a.itemsize
     if any(s % isz for s in a.strides):
         raise InfiniError(Status.BAD_TENSOR_STRIDES, f"operand '{name}': array strides "
@@ -80,7 +81,8 @@ def _from_torch(t, name: str = "buffer") -> BufferInfo:
         dt = from_torch(t.dtype)
     except InfiniError:
         raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                          f"operand '{name}': tensor dtype {t.dtype} is not supported") from None
+                          f"operand '{name}': tensor dtype {t.dtype} is not supported "
+                          f"(supported: {SUPPORTED})") from None
     isz = dt.itemsize
     if t.layout is not _torch().strided:  # sparse, mkldnn...: no strided memory to hand out
         raise InfiniError(Status.BAD_PARAM, f"operand '{name}': tensor layout {t.layout} is "
@@ -190,7 +192,8 @@ def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable:
     element the descriptor reaches, so this also keeps every access inside the array's memory."""
     if info.trusted:
         return
-    if info.dtype is not desc.dtype:
+    # BYTE is stored as uint8 (NumPy and torch have no other byte type): a uint8 array holds it
+    if info.dtype is not desc.dtype and not (desc.dtype is DType.BYTE and info.dtype is DType.U8):
         raise InfiniError(Status.BAD_TENSOR_DTYPE,
                           f"operand '{name}': buffer holds {info.dtype}, descriptor says {desc.dtype}")
     if writable and info.readonly:

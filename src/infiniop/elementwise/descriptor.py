@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..descriptor import OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..dtype import DType
 from ..layout import overlap
 from ..status import InfiniError, Status
@@ -58,16 +58,20 @@ class ElementwiseDescriptor(OperatorDescriptor):
         self._fast = None if launcher is None or self._empty else _fast_path(
             launcher, self._kernel.array_launcher_args, self._np_dtypes, self._views)
 
-    def calculate(self, workspace, out, *inputs, stream=None) -> None:
+    def calculate(self, workspace=MISSING, out=MISSING, *inputs, stream=None) -> None:
         """Compute ``out = op(*inputs)``; buffers are arrays, tensors or raw addresses."""
         fast = self._fast
         if fast is not None and fast(out, inputs) == 0:
             return
         if not self._alive:
             self._check_alive()
-        if len(inputs) != len(self._names) - 1:
-            raise InfiniError(Status.BAD_PARAM,
-                              f"{self.name} takes {len(self._names) - 1} inputs, got {len(inputs)}")
+        if out is MISSING or len(inputs) != len(self._names) - 1:
+            given = (workspace, out) + inputs
+            hint = ""
+            if len([x for x in given if x is not MISSING]) == len(self._names) and workspace is not None:
+                hint = ("; the first argument is the workspace (None when workspace_size is 0): "
+                        f"calculate(None, out, {', '.join(self._names[1:])})")
+            raise self._arguments_error(f"workspace, {', '.join(self._names)}", given, hint)
         infos = self._check_buffers(workspace, out, inputs)
         if not self._empty:
             self._kernel.launch_pointers([i.address for i in infos], stream=stream)
