@@ -22,8 +22,8 @@ from numpy.lib.stride_tricks import as_strided
 import infiniop
 from infiniop import Device, DType, InfiniError, Status, TensorDescriptor, create_handle, interop
 from infiniop import dtype as dtmod
-from infiniop.descriptor import OperatorDescriptor, check_descriptor, check_handle
-from infiniop.interop import check_fits, inspect_buffer
+from infiniop.descriptor import OperatorDescriptor, check_descriptor, check_fits, check_handle
+from infiniop.interop import inspect_buffer
 from infiniop.tensor import contiguous_strides, create_tensor_descriptor
 
 ALL_DTYPES = list(DType)

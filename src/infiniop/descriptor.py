@@ -8,9 +8,49 @@ and is a context manager. It keeps its own copy of everything it needs.
 from __future__ import annotations
 
 from .device import Handle
-from .interop import BufferInfo, check_fits, inspect_buffer, layout_mismatch
+from .dtype import DType
+from .interop import BufferInfo, inspect_buffer
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, contiguous_strides
+
+
+def layout_mismatch(shape, strides, want_shape, want_strides) -> Status | None:
+    """Why an array laid out as ``(shape, strides)`` is not the tensor ``(want_shape,
+    want_strides)`` (strides in elements): ``BAD_TENSOR_SHAPE``, ``BAD_TENSOR_STRIDES``, or None
+    when it is. The stride of an extent-1 dim, and every stride of an empty tensor, moves to no
+    element and is not compared. The compiled fast path does the same comparison in
+    ``backends/cpu/arrays.py:layout_end``."""
+    if tuple(shape) != tuple(want_shape):
+        return Status.BAD_TENSOR_SHAPE
+    if 0 in want_shape:
+        return None
+    for n, s, w in zip(want_shape, strides, want_strides):
+        if n != 1 and s != w:
+            return Status.BAD_TENSOR_STRIDES
+    return None
+
+
+def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable: bool) -> None:
+    """Refuse a buffer whose dtype, shape or element strides differ from the descriptor's, or
+    that is read-only when written. An array laid out exactly as its descriptor holds every
+    element the descriptor reaches, so this also keeps every access inside the array's memory."""
+    if info.trusted:
+        return
+    # BYTE is stored as uint8 (NumPy and torch have no other byte type): a uint8 array holds it
+    if info.dtype is not desc.dtype and not (desc.dtype is DType.BYTE and info.dtype is DType.U8):
+        raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                          f"operand '{name}': buffer holds {info.dtype}, descriptor says {desc.dtype}")
+    if writable and info.readonly:
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': output buffer is read-only")
+    status = layout_mismatch(info.shape, info.strides, desc.shape, desc.strides)
+    if status is not None:
+        what = "shapes" if status is Status.BAD_TENSOR_SHAPE else "strides"
+        raise InfiniError(status, (
+            f"operand '{name}': the array is shape {tuple(info.shape)} strides "
+            f"{tuple(info.strides)}, the descriptor says shape {desc.shape} strides {desc.strides} "
+            f"(strides in elements; the {what} differ). Pass an array laid out as the descriptor "
+            "says (np.ascontiguousarray(x) or x.contiguous() for a row-major one), or describe "
+            "the array you have: TensorDescriptor.from_array(x)"))
 
 
 def check_handle(handle) -> Handle:

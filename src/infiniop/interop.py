@@ -3,18 +3,20 @@
 Order of preference: NumPy arrays and torch tensors directly (fast), then ``__dlpack__``, then
 ``__cuda_array_interface__``, then ``__array_interface__``. A plain int is a raw address: trusted,
 unchecked (the caller promises the memory is there).
+
+This layer only reads arrays (it knows dtypes, not descriptors): ``TensorDescriptor.from_array``
+builds a descriptor from what it reads, and the operator descriptors check a buffer against
+their tensor descriptors (``descriptor.check_fits``).
 """
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 
 from .dtype import SUPPORTED, DType, from_numpy, from_torch
 from .status import InfiniError, Status
-from .tensor import TensorDescriptor
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,60 +166,10 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
                       f"operand '{name}': {type(obj).__name__} is not an array, tensor or address")
 
 
-def _contig(shape):
-    from .tensor import contiguous_strides
-
-    return contiguous_strides(shape)
-
-
-def layout_mismatch(shape, strides, want_shape, want_strides) -> Status | None:
-    """Why an array laid out as ``(shape, strides)`` is not the tensor ``(want_shape,
-    want_strides)`` (strides in elements): ``BAD_TENSOR_SHAPE``, ``BAD_TENSOR_STRIDES``, or None
-    when it is. The stride of an extent-1 dim, and every stride of an empty tensor, moves to no
-    element and is not compared. The compiled fast path does the same comparison in
-    ``backends/cpu/arrays.py:layout_end``."""
-    if tuple(shape) != tuple(want_shape):
-        return Status.BAD_TENSOR_SHAPE
-    if 0 in want_shape:
-        return None
-    for n, s, w in zip(want_shape, strides, want_strides):
-        if n != 1 and s != w:
-            return Status.BAD_TENSOR_STRIDES
-    return None
-
-
-def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable: bool) -> None:
-    """Refuse a buffer whose dtype, shape or element strides differ from the descriptor's, or
-    that is read-only when written. An array laid out exactly as its descriptor holds every
-    element the descriptor reaches, so this also keeps every access inside the array's memory."""
-    if info.trusted:
-        return
-    # BYTE is stored as uint8 (NumPy and torch have no other byte type): a uint8 array holds it
-    if info.dtype is not desc.dtype and not (desc.dtype is DType.BYTE and info.dtype is DType.U8):
-        raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                          f"operand '{name}': buffer holds {info.dtype}, descriptor says {desc.dtype}")
-    if writable and info.readonly:
-        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': output buffer is read-only")
-    status = layout_mismatch(info.shape, info.strides, desc.shape, desc.strides)
-    if status is not None:
-        what = "shapes" if status is Status.BAD_TENSOR_SHAPE else "strides"
-        raise InfiniError(status, (
-            f"operand '{name}': the array is shape {tuple(info.shape)} strides "
-            f"{tuple(info.strides)}, the descriptor says shape {desc.shape} strides {desc.strides} "
-            f"(strides in elements; the {what} differ). Pass an array laid out as the descriptor "
-            "says (np.ascontiguousarray(x) or x.contiguous() for a row-major one), or describe "
-            "the array you have: TensorDescriptor.from_array(x)"))
-
-
-def raw_view(address: int, desc: TensorDescriptor, dtype=None) -> np.ndarray:
-    """A NumPy view of ``desc`` at ``address`` (no checks: callers checked or trust it)."""
-    dt = np.dtype(dtype) if dtype is not None else desc.dtype.numpy
-    isz = desc.dtype.itemsize
-    if desc.is_empty:
-        return np.empty(desc.shape, dt)
-    lo_e, hi_e = desc.reach
-    nbytes = (hi_e - lo_e + 1) * isz
-    buf = (ctypes.c_char * nbytes).from_address(address + lo_e * isz)
-    base = np.frombuffer(buf, dtype=np.uint8)
-    return np.ndarray(desc.shape, dt, buffer=base, offset=-lo_e * isz,
-                      strides=[s * isz for s in desc.strides])
+def _contig(shape) -> list[int]:
+    """Row-major strides in elements (a ``__cuda_array_interface__`` without strides)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]

@@ -39,7 +39,7 @@ def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads
         cases: list[Case] | None = None) -> list[dict]:
     """Run the benchmark and return its records (also printed, and written as JSON lines)."""
     if device != "cpu":
-        from ..device import create_handle
+        from ..handle import create_handle
 
         create_handle(device)  # raises the right status if the device is not usable here
         raise SystemExit(f"infiniop bench: device {device} runs benchmarks/bench_gpu.py on a GPU machine")

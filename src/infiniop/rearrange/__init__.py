@@ -31,7 +31,7 @@ _CACHE_SIZE = 256
 def _descriptor_for(dst_desc: TensorDescriptor, src_desc: TensorDescriptor) -> RearrangeDescriptor:
     global _HANDLE
     if _HANDLE is None:
-        from ..device import create_handle
+        from ..handle import create_handle
 
         _HANDLE = create_handle("cpu")
     return RearrangeDescriptor(_HANDLE, dst_desc, src_desc)

@@ -7,7 +7,7 @@ from numba import njit
 
 @njit(cache=True, nogil=True)  # a call, not inline="always": measured faster in the launchers
 def layout_end(a, meta, pos):
-    """The compiled twin of ``interop.layout_mismatch``, for the elementwise array launchers.
+    """The compiled twin of ``descriptor.layout_mismatch``, for the elementwise array launchers.
     ``meta[pos:]`` holds one descriptor's layout as ``ndim, shape..., byte strides...``. Returns
     where the next layout starts if ``a`` has exactly that shape and those strides (the stride of
     an extent-1 dim is not compared), else -1. Stricter on empty arrays (their strides are
