@@ -102,11 +102,11 @@ class OperatorDescriptor:
         if not self._alive:
             raise InfiniError(Status.BAD_PARAM, f"{self.name} descriptor was destroyed")
 
-    def _arguments_error(self, signature: str, given: tuple, extra: str = "") -> InfiniError:
-        """BAD_PARAM for a wrong number of buffers, saying what ``calculate`` takes."""
-        got = [x for x in given if x is not MISSING]
-        return InfiniError(Status.BAD_PARAM, f"{self.name}.calculate({signature}) takes "
-                                             f"{signature.count(',') + 1} arguments, got {len(got)}{extra}")
+    def _arguments_error(self, params: tuple[str, ...], given: tuple, hint: str = "") -> InfiniError:
+        """BAD_PARAM for a wrong number of arguments, saying what ``calculate`` takes."""
+        got = sum(x is not MISSING for x in given)
+        return InfiniError(Status.BAD_PARAM, f"{self.name}.calculate({', '.join(params)}) takes "
+                                             f"{len(params)} arguments, got {got}{hint}")
 
     def _check_workspace(self, workspace) -> None:
         need = self.workspace_size

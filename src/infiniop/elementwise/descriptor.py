@@ -71,7 +71,7 @@ class ElementwiseDescriptor(OperatorDescriptor):
             if len([x for x in given if x is not MISSING]) == len(self._names) and workspace is not None:
                 hint = ("; the first argument is the workspace (None when workspace_size is 0): "
                         f"calculate(None, out, {', '.join(self._names[1:])})")
-            raise self._arguments_error(f"workspace, {', '.join(self._names)}", given, hint)
+            raise self._arguments_error(("workspace",) + self._names, given, hint)
         infos = self._check_buffers(workspace, out, inputs)
         if not self._empty:
             self._kernel.launch_pointers([i.address for i in infos], stream=stream)

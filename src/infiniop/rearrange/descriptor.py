@@ -112,7 +112,7 @@ class RearrangeDescriptor(OperatorDescriptor):
             if extra or src is MISSING:
                 hint = ("; rearrange takes no workspace (as in the C API): calculate(dst, src), "
                         "stream=... by keyword" if extra else "")
-                raise self._arguments_error("dst, src", (dst, src) + extra, hint)
+                raise self._arguments_error(("dst", "src"), (dst, src) + extra, hint)
             fast = False
             da = self._buffer(dst, self._dst, "dst", writable=True).address
             sa = self._buffer(src, self._src, "src", writable=False).address
