@@ -3,7 +3,7 @@
 The public API is re-exported here; see README.md for the descriptor contract.
 """
 
-from .device import Device, Handle, create_handle
+from .device import Device, Handle
 from .dtype import (
     DType,
     bfloat16,
@@ -30,6 +30,7 @@ from .elementwise import (
     ElementwiseSpec,
     elementwise,
 )
+from .handle import create_handle
 from .memory import empty_aligned
 from .ops import ALL as _OPERATORS
 from .rearrange import copy_, create_rearrange_descriptor, rearrange

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..descriptor import OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..dtype import DType
 from ..layout import overlap
 from ..status import InfiniError, Status
@@ -55,7 +55,7 @@ class ElementwiseDescriptor(OperatorDescriptor):
         """The scalar parameters fixed at create, by name (as the kernel receives them)."""
         return {p.name: v for p, v in zip(self.spec.params, self.info.params)}
 
-    def calculate(self, workspace, *buffers, stream=None) -> None:
+    def calculate(self, workspace=MISSING, *buffers, stream=None) -> None:
         """Run the operator; buffers are arrays, tensors or raw addresses (None for an absent
         optional operand)."""
         fast = self._fast
@@ -64,12 +64,13 @@ class ElementwiseDescriptor(OperatorDescriptor):
         if not self._alive:
             self._check_alive()
         n = len(self._names)
-        if len(buffers) != n:
-            hint = ("; the first argument of calculate is the workspace (None when "
-                    "workspace_size is 0)") if len(buffers) == n - 1 else ""
-            raise InfiniError(Status.BAD_PARAM, f"{self.name}.calculate takes the workspace and "
-                              f"{n} buffers ({', '.join(self._names)}), got {len(buffers)} "
-                              f"buffers{hint}")
+        if workspace is MISSING or len(buffers) != n:
+            given = (workspace,) + buffers
+            hint = ""
+            if len(buffers) == n - 1 and workspace is not None and workspace is not MISSING:
+                hint = ("; the first argument is the workspace (None when workspace_size is 0): "
+                        f"calculate(None, {', '.join(self._names)})")
+            raise self._arguments_error(("workspace",) + self._names, given, hint)
         infos = self._check_buffers(workspace, buffers)
         if not self._empty:
             self._kernel.launch_pointers([None if i is None else i.address for i in infos],

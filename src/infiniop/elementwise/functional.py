@@ -33,7 +33,7 @@ _handle = None
 def _cpu_handle():
     global _handle
     if _handle is None:
-        from ..device import create_handle
+        from ..handle import create_handle
 
         _handle = create_handle("cpu")
     return _handle

@@ -58,14 +58,11 @@ class ElementwiseKernel:
         meta += self._origins
         meta += [int(c.aliasable) for c in info.checks]
         self.meta = np.array(meta, dtype=np.int64)
-        maxnd = max(info.descs[k].ndim for k in operands)
-        layouts = np.zeros((len(operands), 1 + 2 * maxnd), dtype=np.int64)
-        for u, k in enumerate(operands):
+        layouts = []
+        for k in operands:
             d = info.descs[k]
-            isz_k = d.dtype.itemsize
-            layouts[u, 0] = d.ndim
-            layouts[u, 1:1 + d.ndim] = d.shape
-            layouts[u, 1 + d.ndim:1 + 2 * d.ndim] = [s * isz_k for s in d.strides]
+            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+        layouts = np.array(layouts, dtype=np.int64)
         self.layouts = layouts
         launcher = mod.launch_parallel if self.parallel else mod.launch_serial
         # For callers that bind the trailing arguments themselves (the descriptor's fast path).

@@ -52,6 +52,7 @@ from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
     bitcast)
+from infiniop.backends.cpu.arrays import layout_end
 
 OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
 
@@ -335,7 +336,7 @@ class _Gen:
 
         meta (int64): [size0, size1, 0] then per operand u: reach_lo, reach_hi (bytes from element
         0), then per slot: origin (bytes from its operand's element 0), then per pair: aliasable.
-        ``layouts`` (int64, one row per operand): ndim, shape..., byte strides... Returns 0 (done),
+        ``layouts`` (int64): per operand ndim, shape..., byte strides... Returns 0 (done),
         1 + u (operand u is not laid out as its descriptor), 100 + pair (outputs overlap: the
         caller decides exactly)."""
         nops = len(operands)
@@ -350,15 +351,14 @@ class _Gen:
             self.emit("\n\n@njit(**OPTS)")
             self.emit(f"def {fname}({args}, meta, layouts, shape, strides):")
             e = self.emit
+            e("    pos = 0")
             for u, nm in enumerate(names):
-                # a different ndim is a different Numba type: compiled once, then refused here
-                e(f"    if {nm}.ndim != layouts[{u}, 0]:")
+                # an array not laid out as its descriptor (shape, element strides) goes to the
+                # general path, which says why; a different ndim is a different Numba type:
+                # compiled once, then refused here
+                e(f"    pos = layout_end({nm}, layouts, pos)")
+                e("    if pos < 0:")
                 e(f"        return {1 + u}")
-                e(f"    for d in range({nm}.ndim):")
-                e(f"        n = {nm}.shape[d]")
-                e(f"        if n != layouts[{u}, 1 + d] or (n != 1 and {nm}.strides[d] != "
-                  f"layouts[{u}, 1 + {nm}.ndim + d]):")
-                e(f"            return {1 + u}")
                 e(f"    b{u} = {nm}.ctypes.data")
             for q, (w, k) in enumerate(pairs):
                 lw, hw = base + 2 * w, base + 2 * w + 1
