@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -88,3 +89,58 @@ def test_cli_quick_filters(capsys, monkeypatch):
     monkeypatch.setattr("infiniop.bench.suite.QUICK_SIZES", (1 << 12,))
     monkeypatch.setattr(runner, "run", lambda **kw: [{"kind": "machine"}, {"kind": "case", **kw}])
     assert cli.main(["bench", "--quick", "--op", "sub", "--dtype", "float16", "--size", "4096"]) == 0
+
+
+def _quiet_case(name="sub"):
+    a = np.arange(8, dtype=np.float32)
+    return Case(name, "float32", "contiguous", (8,), lambda: Prepared(
+        {"infiniop": lambda: None, "numpy": lambda: None},
+        {"infiniop": lambda: a, "numpy": lambda: a}, nbytes=64))
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_one_line_per_finished_case_when_not_a_terminal():
+    log = io.StringIO()
+    _run(cases=[_quiet_case("sub"), _quiet_case("add")], progress=log)
+    lines = log.getvalue().splitlines()
+    assert lines[0].startswith("measuring memory bandwidth")
+    assert re.fullmatch(r"\[1/2\] sub/float32/contiguous/8: [\d.]+us, x[\d.]+ numpy \(\d+ s\)",
+                        lines[1]), lines[1]
+    assert lines[2].startswith("[2/2] add/float32/contiguous/8: ") and len(lines) == 3
+    assert "\r" not in log.getvalue() and "\033" not in log.getvalue()
+
+
+def test_progress_bar_on_a_terminal():
+    tty = _Tty()
+    _run(cases=[_quiet_case("sub"), _quiet_case("add")], progress=tty)
+    text = tty.getvalue()
+    assert "\r\033[K[" in text and "] 1/2" in text and "] 2/2" in text
+    assert "[" + "#" * runner.Progress.WIDTH + "] 2/2" in text
+    assert text.endswith("\r\033[K")  # the bar is wiped before the table
+
+
+def test_an_empty_torch_column_says_why(monkeypatch):
+    from infiniop.bench import machine
+
+    real = machine.describe
+    monkeypatch.setattr(runner, "describe", lambda: {k: v for k, v in real().items() if k != "torch"})
+    _, text = _run(cases=[_quiet_case()])
+    assert "torch: not installed, so its column is empty" in text
+    monkeypatch.undo()
+    _, text = _run(cases=[_quiet_case()])
+    assert "not installed" not in text
+
+
+def test_torch_peers_do_not_warn():
+    """torch deprecates ``x.T`` beyond 2 dims; the 6-d rearrange case used it."""
+    import warnings
+
+    case = next(c for c in default_suite(quick=True, threads=1) if c.layout == "permute6d")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prep = case.build()
+        prep.impls["torch"]()

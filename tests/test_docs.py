@@ -10,7 +10,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-MODULES = ["infiniop.status", "infiniop.tensor", "infiniop.device", "infiniop.memory",
+MODULES = ["infiniop.status", "infiniop.dtype", "infiniop.tensor", "infiniop.handle", "infiniop.memory",
            "infiniop.elementwise.spec", "infiniop.elementwise.descriptor"]
 
 

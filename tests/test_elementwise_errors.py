@@ -164,44 +164,135 @@ def test_calculate_succeeds_with_good_buffers(sub34):
     assert (out == 0.5).all()
 
 
+# An array must be laid out as its descriptor says (issue 10): a (3, 2), (6,), transposed or
+# strided array handed to a contiguous (2, 3) descriptor used to be computed from its memory and
+# give a wrong answer (or write a strided out's gaps).
+
+D23 = td((2, 3))
+
+
+def _wrong_layouts(m):
+    """Views of ``m`` (a (4, 6) float32 buffer) that are not a contiguous (2, 3) tensor."""
+    flat = m.reshape(-1)
+    return {
+        "(3, 2)": (flat[:6].reshape(3, 2), SHAPE),
+        "(6,)": (flat[:6], SHAPE),
+        "(1, 2, 3)": (flat[:6].reshape(1, 2, 3), SHAPE),
+        "(2, 3, 1)": (flat[:6].reshape(2, 3, 1), SHAPE),
+        "(2, 4) holding it": (m[:2, :4], SHAPE),
+        ".T of (3, 2)": (flat[:6].reshape(3, 2).T, STRIDES),
+        "base[:, ::2]": (m[:2, ::2], STRIDES),
+        "rows padded": (m[:2, :3], STRIDES),
+        "reversed": (flat[:6][::-1].reshape(2, 3), STRIDES),
+        "0-stride rows": (as_strided(flat, (2, 3), (0, 4)), STRIDES),
+    }
+
+
+def _as(kind: str, x: np.ndarray):
+    """``x`` handed over as a NumPy array (fast path), a subclass (general path), a torch tensor,
+    a DLPack-only or an array-interface-only object."""
+    if kind == "numpy":
+        return x
+    if kind == "subclass":
+        return x.view(_Sub)
+    if kind == "torch":
+        return torch.from_numpy(x)
+    if kind == "dlpack":
+        return _DLPackOnly(x)
+    return _ArrayInterfaceOnly(x)
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+class _DLPackOnly:
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class _ArrayInterfaceOnly:
+    def __init__(self, a):
+        self.__array_interface__ = a.__array_interface__
+        self._keep = a
+
+
+KINDS = ["numpy", "subclass", "torch", "dlpack", "array_interface"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("where", ["out", "a", "b"])
-def test_buffer_too_small_at_the_end(handle, where):
-    padded = td(S, (5, 1))  # reaches element 13: needs 14 elements
-    desc = infiniop.create_sub_descriptor(handle, padded, padded, padded)
-    bufs = {"out": canary((14,)), "a": np.ones(14, np.float32), "b": np.ones(14, np.float32)}
-    bufs[where] = canary((13,)) if where == "out" else np.ones(13, np.float32)
-    raises(PARAM, desc.calculate, None, bufs["out"], bufs["a"], bufs["b"], match=f"'{where}'")
-    assert untouched(bufs["out"])
-    # the same through torch tensors
-    t = {k: torch.from_numpy(v) for k, v in bufs.items()}
-    raises(PARAM, desc.calculate, None, t["out"], t["a"], t["b"], match=f"'{where}'")
-    assert untouched(bufs["out"])
+def test_array_must_be_laid_out_as_its_descriptor(handle, where, kind):
+    """Every wrong layout, in every position, through every array kind: the exact status, a
+    message with both layouts and the fix, and nothing written (every operand is a view of one
+    canary buffer)."""
+    desc = infiniop.create_sub_descriptor(handle, D23, D23, D23)
+    m = canary((4, 6))
+    for label, (bad, status) in _wrong_layouts(m).items():
+        if kind == "torch" and any(s < 0 for s in bad.strides):
+            continue  # torch.from_numpy refuses negative strides
+        ops = {"out": m[2, :6].reshape(2, 3), "a": m[3, :3], "b": m[3, 3:]}
+        ops["a"], ops["b"] = ops["a"].reshape(1, 3).repeat(2, 0), ops["b"].reshape(1, 3).repeat(2, 0)
+        ops[where] = bad
+        if where == "out" and not bad.flags.writeable:
+            continue  # read-only: refused as such (test_readonly_output)
+        args = [_as(kind, ops[k]) for k in ("out", "a", "b")]
+        e = raises(status, desc.calculate, None, *args, match=f"'{where}'")
+        assert "TensorDescriptor.from_array(x)" in str(e) and str(D23.strides) in str(e), label
+        assert untouched(m), label
+    # the same arrays, described as they are, compute the right answer
+    for label, (x, _) in _wrong_layouts(canary((4, 6))).items():
+        if not x.flags.writeable or (kind == "torch" and any(s < 0 for s in x.strides)):
+            continue
+        x[...] = np.arange(x.size, dtype=np.float32).reshape(x.shape)
+        d = infiniop.TensorDescriptor.from_array(x)
+        with infiniop.create_neg_descriptor(handle, td(x.shape), d) as neg:
+            out = np.empty(x.shape, np.float32)
+            neg.calculate(None, _as(kind, out), _as(kind, x))
+            np.testing.assert_array_equal(out, -x, err_msg=label)
 
 
-def test_buffer_too_small_as_a_view_of_a_bigger_buffer(handle):
-    """Bounds are those of the view handed over, not of the memory behind it."""
-    padded = td(S, (5, 1))
-    desc = infiniop.create_sub_descriptor(handle, padded, padded, padded)
-    big = canary((40,))
-    out = big[:13]
-    raises(PARAM, desc.calculate, None, out, np.ones(14, np.float32), np.ones(14, np.float32))
-    assert untouched(big)
+def test_a_strided_out_view_is_refused_not_written_in_its_gaps(handle):
+    """The issue's example: a (2, 3) ``base[:, ::2]`` out for a contiguous descriptor used to
+    overwrite all of ``base``'s row 0; through torch views too."""
+    desc = infiniop.create_sub_descriptor(handle, D23, D23, D23)
+    a, b = np.ones((2, 3), np.float32), np.full((2, 3), 0.5, np.float32)
+    base = canary((2, 6))
+    raises(STRIDES, desc.calculate, None, base[:, ::2], a, b, match="'out'")
+    assert untouched(base)
+    tb = torch.from_numpy(base)
+    raises(STRIDES, desc.calculate, None, tb[:, ::2], torch.from_numpy(a), torch.from_numpy(b),
+           match="'out'")
+    raises(STRIDES, desc.calculate, None, tb[:, :3], a, b, match="'out'")
+    raises(SHAPE, desc.calculate, None, tb, a, b, match="'out'")
+    assert untouched(base)
 
 
-@pytest.mark.parametrize("where", ["out", "a", "b"])
-def test_buffer_too_small_at_the_start_negative_strides(handle, where):
-    neg = td(S, (-4, -1))  # element 0 is the last in memory: reaches 11 elements before it
-    desc = infiniop.create_sub_descriptor(handle, neg, neg, neg)
-    big = canary((24,))
-    good = {"out": big[11:23][::-1], "a": np.ones(12, np.float32)[::-1],
-            "b": np.ones(12, np.float32)[::-1]}
-    bad = dict(good)
-    bad[where] = big[12:24] if where == "out" else np.ones(12, np.float32)  # starts at element 0
-    raises(PARAM, desc.calculate, None, bad["out"], bad["a"], bad["b"], match=f"'{where}'")
-    assert untouched(big)
-    desc.calculate(None, good["out"], good["a"], good["b"])  # the right view works
-    assert (big[11:23].view(np.float32) == 0).all()
-    assert (big[:11].view(np.uint8) == CANARY).all() and (big[23:].view(np.uint8) == CANARY).all()
+def test_extent_one_strides_do_not_matter(handle):
+    """A dim of extent 1 moves to no element: its stride may be anything (as NumPy and torch
+    leave it after slicing), on the fast and the general path."""
+    d = td((1, 3))
+    desc = infiniop.create_add_descriptor(handle, d, d, d)
+    x = np.zeros((5, 3), np.float32)[::4][:1]  # strides (48, 4) bytes
+    x[...] = [1, 2, 3]
+    for wrap in (lambda v: v, lambda v: v.view(_Sub), torch.from_numpy):
+        out = np.zeros((5, 3), np.float32)[2:3]
+        desc.calculate(None, wrap(out), wrap(x), wrap(np.ones((1, 3), np.float32)))
+        np.testing.assert_array_equal(out, [[2, 3, 4]])
+    raises(STRIDES, desc.calculate, None, np.zeros((1, 6), np.float32)[:, ::2], x, x)
+
+
+def test_raw_addresses_stay_trusted(handle, sub34):
+    """A plain int address carries no layout: it is used as the descriptor says (unchecked)."""
+    out, (a, b) = canary(S), ok_inputs()
+    sub34.calculate(None, out.ctypes.data, a.ctypes.data, b.ctypes.data)
+    assert (out == 0.5).all()
 
 
 @pytest.mark.parametrize("where, dtype", [("out", np.float64), ("a", np.int32),
@@ -263,7 +354,7 @@ def test_partial_overlap_is_refused(handle, case):
         name = "'a'" if case == "shifted-a" else "'b'"
     elif case == "transposed":  # same memory, different element order
         desc = infiniop.create_sub_descriptor(handle, td((4, 4), (1, 4)), td((4, 4)), td((4, 4)))
-        out = buf[:16]
+        out = buf[:16].reshape(4, 4).T
         args, name = (out, buf[:16].reshape(4, 4), np.ones((4, 4), np.float32)), "'a'"
     elif case == "broadcast-b":  # b (4,) broadcast over rows, stored in out's first row
         desc = infiniop.create_sub_descriptor(handle, td(S), td(S), td((4,)))
@@ -337,10 +428,25 @@ def test_destroyed_descriptor(handle):
 
 def test_wrong_number_of_inputs(sub34):
     out, (a, b) = canary(S), ok_inputs()
-    raises(PARAM, sub34.calculate, None, out, a)
-    raises(PARAM, sub34.calculate, None, out, a, b, b)
+    raises(PARAM, sub34.calculate, None, out, a, match="takes 4 arguments, got 3")
+    raises(PARAM, sub34.calculate, None, out, a, b, b, match="got 5")
     raises(PARAM, sub34.calculate, None, out)
+    raises(PARAM, sub34.calculate, None)
+    e = raises(PARAM, sub34.calculate)  # an InfiniError, not Python's TypeError
+    assert "calculate(workspace, out, a, b)" in str(e)
     assert untouched(out)
+
+
+def test_forgotten_workspace_is_named(handle, sub34):
+    """``calculate(c, a, b)``: the message says that the first argument is the workspace."""
+    out, (a, b) = canary(S), ok_inputs()
+    e = raises(PARAM, sub34.calculate, out, a, b)
+    assert "the first argument is the workspace" in str(e) and "calculate(None, out, a, b)" in str(e)
+    neg = infiniop.create_neg_descriptor(handle, td(S), td(S))
+    e = raises(PARAM, neg.calculate, out, a, match="the first argument is the workspace")
+    assert untouched(out)
+    e = raises(PARAM, sub34.calculate, None, out, a)  # a real count mistake: no such hint
+    assert "workspace (" not in str(e)
 
 
 @pytest.mark.parametrize("where", ["out", "a", "b"])
@@ -376,7 +482,8 @@ def test_errors_checked_before_any_write_in_every_position(handle):
     desc = infiniop.create_clip_descriptor(handle, td(S), td(S), td(S), td(S))
     out, (x, lo) = canary(S), ok_inputs()
     raises(DTYPE, desc.calculate, None, out, x, lo, np.ones(S, np.float64), match="'max'")
-    raises(PARAM, desc.calculate, None, out, x, lo, np.ones(11, np.float32), match="'max'")
+    raises(SHAPE, desc.calculate, None, out, x, lo, np.ones(11, np.float32), match="'max'")
+    raises(STRIDES, desc.calculate, None, out, x, lo, np.ones((4, 3), np.float32).T, match="'max'")
     raises(NULL, desc.calculate, None, out, x, lo, None, match="'max'")
     assert untouched(out)
 
@@ -431,19 +538,12 @@ def test_functional_lossy_scalar_is_an_error(case):
     assert infiniop.add(np.arange(3, dtype=np.int32), True).tolist() == [1, 2, 3]
 
 
-def test_buffer_too_small_through_dlpack(sub34):
-    class Wrapped:
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack__(self, **kw):
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self):
-            return self.a.__dlpack_device__()
-
+def test_wrong_layout_through_dlpack(sub34):
     out, (a, b) = canary(S), ok_inputs()
-    raises(PARAM, sub34.calculate, None, out, Wrapped(a.ravel()[:11]), b, match="'a'")
+    raises(SHAPE, sub34.calculate, None, out, _DLPackOnly(a.ravel()[:11]), b, match="'a'")
+    raises(SHAPE, sub34.calculate, None, out, _DLPackOnly(a.ravel()), b, match="'a'")
+    raises(STRIDES, sub34.calculate, None, out, _DLPackOnly(np.ones((4, 3), np.float32).T), b,
+           match="'a'")
     assert untouched(out)
-    sub34.calculate(None, Wrapped(out), Wrapped(a), Wrapped(b))
+    sub34.calculate(None, _DLPackOnly(out), _DLPackOnly(a), _DLPackOnly(b))
     assert (out == 0.5).all()

@@ -182,9 +182,10 @@ HUGE_BYTES = 2**63 - 2**44  # element 1 this many bytes past element 0: the span
 @pytest.mark.parametrize("path", ["numpy", "general"])
 def test_huge_reach_descriptor_on_small_arrays_is_refused(path):
     """Valid descriptors (span < 2**63 bytes) whose far element lies beyond 2**64 once added to a
-    real address, for every operator and every operand: the bounds check must not wrap around
-    (it did: the compiled check computed ``address + reach`` in int64, which overflowed, passed,
-    and the kernel wrote 9 EiB away)."""
+    real address, for every operator and every operand: the check must not wrap around (it did:
+    the compiled bounds check computed ``address + reach`` in int64, which overflowed, passed, and
+    the kernel wrote 9 EiB away). Arrays must now be laid out as their descriptors, so a small
+    (2, 2) array is refused for its strides, a (64,) one for its shape."""
     check_isolated(f"""
     from infiniop.ops import ALL, ADD, CLIP, NEG, WHERE
     # every arity and the bool operand (the launchers come from one template); all with --long
@@ -199,9 +200,12 @@ def test_huge_reach_descriptor_on_small_arrays_is_refused(path):
                      for i, d in enumerate(dts)]
             desc = spec.create_descriptor(h, *descs)
             bufs = [np.zeros(64, d.numpy) for d in dts]
-            for sl in (slice(None), slice(32, None), slice(None, None, -1)):
-                expect_error(Status.BAD_PARAM, desc.calculate, None,
-                             *[wrap(b[sl]) for b in bufs])
+            for sl in (slice(None, 4), slice(32, 36), slice(None, None, -1)):
+                arrays = [wrap(b[:4].reshape(2, 2)) for b in bufs]  # laid out as described
+                arrays[j] = wrap(bufs[j][sl][:4].reshape(2, 2))
+                expect_error(Status.BAD_TENSOR_STRIDES, desc.calculate, None, *arrays)
+                arrays[j] = wrap(bufs[j][sl])
+                expect_error(Status.BAD_TENSOR_SHAPE, desc.calculate, None, *arrays)
             assert not bufs[0].any(), (spec.name, j)
     print("ok")
     """)
@@ -216,7 +220,8 @@ def test_huge_reach_rearrange_on_small_arrays_is_refused():
         r = create_rearrange_descriptor(h, dd, sd)
         out, x = np.zeros(64, np.int8), np.ones(64, np.int8)
         for o, i in [(out, x), (out[32:], x[32:]), (out[::-1], x[::-1])]:
-            expect_error(Status.BAD_PARAM, r.calculate, o, i)
+            expect_error(Status.BAD_TENSOR_SHAPE, r.calculate, o, i)
+            expect_error(Status.BAD_TENSOR_STRIDES, r.calculate, o[:2], i[:2])
         assert (out == 0).all()
     print("ok")
     """)

@@ -126,7 +126,7 @@ def test_reference_table(case, dtype):
     del dst_desc, src_desc, dst.desc, src.desc  # the descriptor keeps its own copies
     gc.collect()
     assert d.workspace_size == 0
-    d.calculate(dst.view, src.view, None)
+    d.calculate(dst.view, src.view, stream=None)
     np.testing.assert_array_equal(dst.bits(), expected.bits())
     d.destroy()
 
@@ -324,8 +324,8 @@ def test_calculate_errors():
     ok = np.zeros((4, 5), np.float32)
     raises(Status.BAD_TENSOR_DTYPE, d.calculate, np.zeros((4, 5), np.float64), ok)
     raises(Status.BAD_TENSOR_DTYPE, d.calculate, ok, np.zeros((4, 5), np.float16))
-    raises(Status.BAD_PARAM, d.calculate, np.zeros((3, 5), np.float32), ok, match="dst")
-    raises(Status.BAD_PARAM, d.calculate, ok, np.zeros(7, np.float32), match="src")
+    raises(Status.BAD_TENSOR_SHAPE, d.calculate, np.zeros((3, 5), np.float32), ok, match="dst")
+    raises(Status.BAD_TENSOR_SHAPE, d.calculate, ok, np.zeros(7, np.float32), match="src")
     ro = np.zeros((4, 5), np.float32)
     ro.flags.writeable = False
     raises(Status.BAD_PARAM, d.calculate, ro, ok, match="read-only")
@@ -334,6 +334,75 @@ def test_calculate_errors():
     raises(Status.NULL_POINTER, d.calculate, ok, None)
     raises(Status.NULL_POINTER, d.calculate, 0, ok)
     raises(Status.BAD_PARAM, d.calculate, ok, "not an array")
+    # argument counts are InfiniErrors too; a workspace (rearrange takes none) is named as such
+    src = np.ones((4, 5), np.float32)
+    e = raises(Status.BAD_PARAM, d.calculate, None, ok, src, match="takes no workspace")
+    assert "rearrange.calculate(dst, src) takes 2 arguments, got 3" in str(e)
+    raises(Status.BAD_PARAM, d.calculate, ok, src, 0, match="takes no workspace")
+    raises(Status.BAD_PARAM, d.calculate, ok, match="got 1")
+    raises(Status.BAD_PARAM, d.calculate, match="got 0")
+    assert (ok == 0).all()
+
+
+class _Sub(np.ndarray):
+    """Not exactly an ndarray: takes the general (interop) path of calculate."""
+
+
+@pytest.mark.parametrize("kind", ["numpy", "subclass", "torch"])
+def test_calculate_refuses_arrays_laid_out_otherwise(kind):
+    """An array must be laid out as its descriptor (issue 10); before, a (5, 4), (20,) or
+    transposed array was copied from its memory with the descriptor's layout, and a strided dst
+    view was written in its gaps. Nothing is written when refused."""
+    wrap = {"numpy": lambda x: x, "subclass": lambda x: x.view(_Sub),
+            "torch": torch.from_numpy}[kind]
+    d = create_rearrange_descriptor(H, F32, F32)
+    src = np.arange(20, dtype=np.float32).reshape(4, 5)
+    base = np.full((4, 10), -1.0, np.float32)
+    wrong = [(base.reshape(-1)[:20].reshape(5, 4), Status.BAD_TENSOR_SHAPE),
+             (base.reshape(-1)[:20], Status.BAD_TENSOR_SHAPE),
+             (base.reshape(-1)[:20].reshape(5, 4).T, Status.BAD_TENSOR_STRIDES),
+             (base[:, ::2], Status.BAD_TENSOR_STRIDES),
+             (base[:, :5], Status.BAD_TENSOR_STRIDES)]
+    for bad, status in wrong:
+        e = raises(status, d.calculate, wrap(bad), wrap(src), match="'dst'")
+        assert "TensorDescriptor.from_array(x)" in str(e)
+        raises(status, d.calculate, wrap(np.zeros((4, 5), np.float32)), wrap(bad), match="'src'")
+    assert (base == -1).all()
+    # described as it is, the strided view is a fine destination (its gaps stay untouched)
+    v = create_rearrange_descriptor(H, TensorDescriptor.from_array(base[:, ::2]), desc32((4, 5)))
+    v.calculate(wrap(base[:, ::2]), wrap(src))
+    assert np.array_equal(base[:, ::2], src) and (base[:, 1::2] == -1).all()
+    # a dim of extent 1 moves to no element: its stride may differ
+    one = create_rearrange_descriptor(H, desc32((1, 5)), desc32((1, 5)))
+    dst = np.zeros((3, 5), np.float32)[1:2]
+    one.calculate(wrap(dst), wrap(np.arange(10, dtype=np.float32).reshape(2, 5)[::2][:1]))
+    assert np.array_equal(dst, [[0, 1, 2, 3, 4]])
+    # raw addresses stay trusted and unchecked
+    out = np.zeros((4, 5), np.float32)
+    d.calculate(out.ctypes.data, src.ctypes.data)
+    assert np.array_equal(out, src)
+
+
+def test_byte_descriptors_copy_uint8_arrays():
+    """A BYTE descriptor takes uint8 arrays (its storage), on the fast and the general path."""
+    byte = TensorDescriptor("BYTE", (3, 4))
+    d = create_rearrange_descriptor(H, TensorDescriptor("BYTE", (3, 4), (1, 3)), byte)
+    src = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    for wrap in (lambda x: x, lambda x: x.view(_Sub), torch.from_numpy):
+        dst = np.zeros((4, 3), np.uint8)
+        d.calculate(wrap(dst.T), wrap(src))
+        assert np.array_equal(dst.T, src)
+    raises(Status.BAD_TENSOR_DTYPE, d.calculate, np.zeros((4, 3), np.int8).T, src)
+
+
+def test_copy_broadcast_source_after_caching():
+    """copy_ caches its descriptor per layout; the broadcast source (not laid out as its
+    descriptor, which has dst's shape) keeps working on the cached path."""
+    a = np.zeros((3, 4), np.float32)
+    for k in range(3):
+        copy_(a, np.arange(4, dtype=np.float32) + k)
+        np.testing.assert_array_equal(a, np.broadcast_to(np.arange(4, dtype=np.float32) + k, (3, 4)))
+    raises(Status.BAD_TENSOR_SHAPE, copy_, a, np.zeros((2, 4), np.float32))
 
 
 def test_overlap_rules():
@@ -346,7 +415,7 @@ def test_overlap_rules():
     raises(Status.BAD_PARAM, d.calculate, buf[:20].reshape(4, 5), buf[1:21].reshape(4, 5), match="overlap")
     t = create_rearrange_descriptor(H, desc32((4, 4), (1, 4)), desc32((4, 4)))
     sq = buf[:16].reshape(4, 4)
-    raises(Status.BAD_PARAM, t.calculate, sq, sq, match="overlap")
+    raises(Status.BAD_PARAM, t.calculate, sq.T, sq, match="overlap")
     # interleaved but disjoint views are fine
     e = create_rearrange_descriptor(H, desc32((20,), (2,)), desc32((20,), (2,)))
     e.calculate(buf[0::2], buf[1::2])

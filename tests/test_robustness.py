@@ -57,6 +57,7 @@ KINDS = [
 ]
 EXTRA_KINDS = {  # kind -> the entry-point families it applies to
     "valid": {"descriptor", "handle", "create", "calculate", "functional", "pattern", "copy_"},
+    "wrong_strides_array": {"calculate"},
     "odd_byte_strides": {"functional", "copy_"}, "bad_scalar": {"functional"},
     "bad_pattern": {"pattern"}, "bad_axis_size": {"pattern"},
 }
@@ -146,6 +147,34 @@ class CudaLike:
 
 class Sub(np.ndarray):
     """Not exactly an ndarray: forces the general (Python-checked) path of calculate."""
+
+
+class DLPackOnly:
+    """An array seen only through ``__dlpack__``."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class ArrayInterfaceOnly:
+    """An array seen only through ``__array_interface__``."""
+
+    def __init__(self, a):
+        self.__array_interface__ = a.__array_interface__
+        self.keep = a
+
+
+ARRAY_KINDS = {  # the ways calculate can be handed one array (NumPy's is the compiled fast path)
+    "numpy": lambda a: a, "ndarray subclass": lambda a: a.view(Sub),
+    "torch": lambda a: torch.from_numpy(a), "DLPack": DLPackOnly,
+    "array interface": ArrayInterfaceOnly,
+}
 
 
 def meta(dtype: DType, shape=SHAPE):
@@ -396,25 +425,54 @@ def calculate_cells(t: Target, kind: str, handle) -> list[Cell]:
                 ins = [b.view() for b in bufs[1:]]
                 call(desc, [b.view(cls=cls) for b in bufs], f"{layout} ({path} path)", None, bufs,
                      bufs[:1], expect_output(t, bufs[0], ins))
+        for kname, wrap in ARRAY_KINDS.items():
+            desc, _, bufs = setup(t, handle)
+            ins = [b.view() for b in bufs[1:]]
+            call(desc, [wrap(b.view()) for b in bufs], f"contiguous ({kname})", None, bufs,
+                 bufs[:1], expect_output(t, bufs[0], ins))
+        # the stride of an extent-1 dim moves to no element: any value is fine
+        descs = [TD(d, (1, 4)) for d in t.dtypes()]
+        desc = t.create(handle, *descs)
+        bufs = [Buffer(n, TD(d.dtype, (1, 4), (9, 1)), None if k == 0 else values(d.dtype, (1, 4), k))
+                for k, (n, d) in enumerate(zip(t.names, descs))]
+        call(desc, [b.view() for b in bufs], "(1, 4) arrays with row stride 9, descriptors 4",
+             None, bufs, bufs[:1], expect_output(t, bufs[0], [b.view() for b in bufs[1:]]))
         desc, _, bufs = setup(t, handle)  # read-only inputs are fine
         call(desc, [bufs[0].view()] + [b.view(writeable=False) for b in bufs[1:]],
              "read-only inputs", None, bufs, bufs[:1],
              expect_output(t, bufs[0], [b.view() for b in bufs[1:]]))
-    elif kind == "wrong_ndim":  # an array is memory: any shape that covers the reach is fine
-        for layout in LAYOUTS:
-            desc, _, bufs = setup(t, handle, layout)
-            ins = [b.view() for b in bufs[1:]]
-            call(desc, [b.reach_memory() for b in bufs],
-                 f"{layout}: arrays of other shapes holding exactly the reach", None, bufs,
-                 bufs[:1], expect_output(t, bufs[0], ins))
-    elif kind == "short_buffer_high":
-        per_operand_memory("contiguous", 0, 1, S.BAD_PARAM, "one element short at the high end")
-        per_operand_memory("mixed", 0, 1, S.BAD_PARAM, "mixed strides, one short at the high end")
+    elif kind == "wrong_ndim":  # an array must have its descriptor's shape (issue 10)
+        per_operand_memory("contiguous", 0, 0, S.BAD_TENSOR_SHAPE, "(12,) holding exactly the reach")
+        per_operand_memory("mixed", 0, 0, S.BAD_TENSOR_SHAPE, "(2, 9) holding exactly the reach")
+        for kname, wrap in ARRAY_KINDS.items():
+            for j in range(nops):
+                desc, _, bufs = setup(t, handle)
+                arrays = [wrap(b.view()) for b in bufs]
+                arrays[j] = wrap(bufs[j].view()[None])
+                call(desc, arrays, f"'{t.names[j]}' (1, 3, 4) ({kname})", S.BAD_TENSOR_SHAPE, bufs)
+    elif kind == "wrong_strides_array":  # the right shape, other strides (issue 10)
+        for kname, wrap in ARRAY_KINDS.items():
+            for j in range(nops):
+                for strides in [(1, 3), (8, 2), (5, 1), (-4, -1), (0, 1)]:
+                    if kname == "torch" and min(strides) < 0:
+                        continue  # torch.from_numpy refuses negative strides
+                    desc, descs, bufs = setup(t, handle)
+                    other = Buffer(f"{t.names[j]} laid out {strides}",
+                                   TD(descs[j].dtype, SHAPE, strides),
+                                   values(descs[j].dtype, seed=j))
+                    arrays = [wrap(b.view()) for b in bufs]
+                    arrays[j] = wrap(other.view())
+                    call(desc, arrays, f"'{t.names[j]}' strides {strides} ({kname})",
+                         S.BAD_TENSOR_STRIDES, bufs + [other])
+    elif kind == "short_buffer_high":  # a shorter array has another shape
+        per_operand_memory("contiguous", 0, 1, S.BAD_TENSOR_SHAPE, "one element short at the high end")
+        per_operand_memory("mixed", 0, 1, S.BAD_TENSOR_SHAPE, "mixed strides, one short at the high end")
     elif kind == "short_buffer_low_negative_strides":
-        per_operand_memory("negative", 1, 0, S.BAD_PARAM, "negative strides, one short at the low end")
+        per_operand_memory("negative", 1, 0, S.BAD_TENSOR_SHAPE,
+                           "negative strides, one short at the low end")
     elif kind == "short_buffer_mixed_strides":
-        per_operand_memory("mixed", 1, 0, S.BAD_PARAM, "mixed strides, one short at the low end")
-        per_operand_memory("mixed", 1, 1, S.BAD_PARAM, "mixed strides, one short at both ends")
+        per_operand_memory("mixed", 1, 0, S.BAD_TENSOR_SHAPE, "mixed strides, one short at the low end")
+        per_operand_memory("mixed", 1, 1, S.BAD_TENSOR_SHAPE, "mixed strides, one short at both ends")
     elif kind == "wrong_dtype_array":
         for j in range(nops):
             dt = t.dtypes()[j]
@@ -499,11 +557,20 @@ def calculate_cells(t: Target, kind: str, handle) -> list[Cell]:
                 arrays = [b.view() for b in bufs]
                 arrays[j] = bad
                 call(desc, arrays, f"'{t.names[j]}' is {what}", S.NULL_POINTER, bufs)
-    elif kind == "wrong_operand_count":
+    elif kind == "wrong_operand_count":  # every count mistake is an InfiniError, not TypeError
         desc, _, bufs = setup(t, handle)
         arrays = [b.view() for b in bufs]
         call(desc, arrays[:-1], "one input missing", S.BAD_PARAM, bufs)
         call(desc, arrays + [arrays[-1]], "one input too many", S.BAD_PARAM, bufs)
+        cells.append(Cell("no argument at all", lambda: desc.calculate(), S.BAD_PARAM, bufs))
+        if t.spec is None:
+            cells.append(Cell("a workspace first (rearrange takes none)",
+                              lambda: desc.calculate(None, *arrays), S.BAD_PARAM, bufs))
+        else:
+            cells.append(Cell("the workspace forgotten", lambda: desc.calculate(*arrays),
+                              S.BAD_PARAM, bufs))
+            cells.append(Cell("the workspace only", lambda: desc.calculate(None), S.BAD_PARAM,
+                              bufs))
     elif kind == "not_an_array":
         for j in range(nops):
             for bad in [[0.0] * 12, 1.5, "buffer", b"\0" * 48, Junk(), -16, 2**64, True,
@@ -939,7 +1006,6 @@ NOT_APPLICABLE = {
         "negative_extent": _TD, "strides_wrong_length": _TD, "workspace_too_small": _WS,
         "huge_span": _HUGE_RUN,
     },
-    "calculate:rearrange": {"wrong_operand_count": _SIG},
     "functional": {
         **{k: _ARRAYS for k in ["negative_extent", "strides_wrong_length", "short_buffer_high",
                                 "short_buffer_low_negative_strides", "short_buffer_mixed_strides",

@@ -62,8 +62,9 @@ def route_cpu_to(device: str):
     import infiniop.rearrange as rearrange
     from infiniop import device as devmod
     from infiniop.elementwise import functional
+    from infiniop.handle import create_handle as real
 
-    real = devmod.create_handle
+
     handle = real(device)
 
     def create_handle(dev="cpu", device_id=0):

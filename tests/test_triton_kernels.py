@@ -26,7 +26,7 @@ from infiniop import DType, InfiniError, Status, TensorDescriptor  # noqa: E402
 from infiniop.backends import triton as tb  # noqa: E402
 from infiniop.backends.triton import codegen, vendors  # noqa: E402
 from infiniop.device import Device  # noqa: E402
-from infiniop.device import create_handle as real_create_handle  # noqa: E402
+from infiniop.handle import create_handle as real_create_handle  # noqa: E402
 from infiniop.rearrange import create_rearrange_descriptor  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16

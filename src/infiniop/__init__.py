@@ -3,7 +3,7 @@
 The public API is re-exported here; see README.md for the descriptor contract.
 """
 
-from .device import Device, Handle, create_handle
+from .device import Device, Handle
 from .dtype import (
     DType,
     bfloat16,
@@ -30,39 +30,27 @@ from .elementwise import (
     ElementwiseSpec,
     elementwise,
 )
+from .handle import create_handle
 from .memory import empty_aligned
-from .ops import ABS, ADD, CLIP, DIV, MAXIMUM, MINIMUM, MUL, NEG, RELU, SUB, WHERE
+from .ops import ALL as _OPERATORS
 from .rearrange import copy_, create_rearrange_descriptor, rearrange
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
 
 __version__ = "0.1.0"
 
-# Functional front end: infiniop.sub(a, b, out=None) ... (see elementwise/functional.py).
-add, sub, mul, div, clip = ADD, SUB, MUL, DIV, CLIP
-maximum, minimum, neg, abs, relu, where = MAXIMUM, MINIMUM, NEG, ABS, RELU, WHERE
-
-# Descriptor API: create_<op>_descriptor(handle, out_desc, *in_descs).
-create_add_descriptor = ADD.create_descriptor
-create_sub_descriptor = SUB.create_descriptor
-create_mul_descriptor = MUL.create_descriptor
-create_div_descriptor = DIV.create_descriptor
-create_clip_descriptor = CLIP.create_descriptor
-create_maximum_descriptor = MAXIMUM.create_descriptor
-create_minimum_descriptor = MINIMUM.create_descriptor
-create_neg_descriptor = NEG.create_descriptor
-create_abs_descriptor = ABS.create_descriptor
-create_relu_descriptor = RELU.create_descriptor
-create_where_descriptor = WHERE.create_descriptor
+# Every built-in operator: the functional form ``infiniop.<op>(...)`` (the operator object itself)
+# and the descriptor API ``infiniop.create_<op>_descriptor(handle, *tensor_descs, **scalars)``.
+OPERATORS = {spec.name: spec for spec in _OPERATORS}
+for _spec in _OPERATORS:
+    globals()[_spec.name] = _spec
+    globals()[f"create_{_spec.name}_descriptor"] = _spec.create_descriptor
+del _spec
 
 __all__ = [
     "FLOATS", "INTEGERS", "NUMERIC", "SIGNED", "UNSIGNED", "ElementwiseDescriptor",
-    "ElementwiseSpec", "elementwise", "empty_aligned",
-    "add", "sub", "mul", "div", "clip", "maximum", "minimum", "neg", "abs", "relu", "where",
-    "create_add_descriptor", "create_sub_descriptor", "create_mul_descriptor",
-    "create_div_descriptor", "create_clip_descriptor", "create_maximum_descriptor",
-    "create_minimum_descriptor", "create_neg_descriptor", "create_abs_descriptor",
-    "create_relu_descriptor", "create_where_descriptor",
+    "ElementwiseSpec", "OPERATORS", "elementwise", "empty_aligned",
+    *OPERATORS, *(f"create_{name}_descriptor" for name in OPERATORS),
     "copy_", "create_rearrange_descriptor", "rearrange",
     "DType", "Device", "Handle", "InfiniError", "Status", "TensorDescriptor",
     "bfloat16", "bool_", "create_handle", "create_tensor_descriptor", "float16", "float32",

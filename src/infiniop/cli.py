@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 
@@ -50,13 +51,20 @@ def _info() -> int:
     from infiniop.device import Device
 
     print(f"infiniop {ip.__version__}")
+    states: dict[str, list[str]] = {}  # devices that fail for the same reason share one line
     for dev in Device:
+        name = dev.name.lower()
         try:
             ip.create_handle(dev)
             state = "available"
         except ip.InfiniError as e:
-            state = f"{e.status.name}: {e}"
-        print(f"  {dev.name.lower():10s} {state}")
+            state = re.sub(rf"\b{name}\b", "<device>", f"{e.status}: {e}")
+        states.setdefault(state, []).append(name)
+    for state, names in states.items():
+        if len(names) == 1:
+            print(f"  {names[0]:10s} {state.replace('<device>', names[0])}")
+        else:
+            print(f"  {', '.join(names)}: {state}")
     print(f"threads {runtime.num_threads()} (layer {runtime.threading_layer()}, "
           f"TBB found: {runtime.HAVE_TBB})")
     print(f"parallel above {runtime.PARALLEL_THRESHOLD} elements; non-temporal stores above "
@@ -75,8 +83,15 @@ def _clear_cache() -> int:
     return 0
 
 
+DESCRIPTION = ("infiniop: tensor operators with one descriptor API on the CPU and on GPUs. "
+               "Also runs as: python -m infiniop.")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="infiniop", description=__doc__)
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="infiniop", description=DESCRIPTION)
+    p.add_argument("--version", action="version", version=f"infiniop {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help="run a short demo that prints what it does")
     sub.add_parser("info", help="version, devices, threads, kernel cache")

@@ -8,9 +8,49 @@ and is a context manager. It keeps its own copy of everything it needs.
 from __future__ import annotations
 
 from .device import Handle
-from .interop import BufferInfo, check_fits, inspect_buffer
+from .dtype import DType
+from .interop import BufferInfo, inspect_buffer
 from .status import InfiniError, Status
-from .tensor import TensorDescriptor
+from .tensor import TensorDescriptor, contiguous_strides
+
+
+def layout_mismatch(shape, strides, want_shape, want_strides) -> Status | None:
+    """Why an array laid out as ``(shape, strides)`` is not the tensor ``(want_shape,
+    want_strides)`` (strides in elements): ``BAD_TENSOR_SHAPE``, ``BAD_TENSOR_STRIDES``, or None
+    when it is. The stride of an extent-1 dim, and every stride of an empty tensor, moves to no
+    element and is not compared. The compiled fast path does the same comparison in
+    ``backends/cpu/arrays.py:layout_end``."""
+    if tuple(shape) != tuple(want_shape):
+        return Status.BAD_TENSOR_SHAPE
+    if 0 in want_shape:
+        return None
+    for n, s, w in zip(want_shape, strides, want_strides):
+        if n != 1 and s != w:
+            return Status.BAD_TENSOR_STRIDES
+    return None
+
+
+def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable: bool) -> None:
+    """Refuse a buffer whose dtype, shape or element strides differ from the descriptor's, or
+    that is read-only when written. An array laid out exactly as its descriptor holds every
+    element the descriptor reaches, so this also keeps every access inside the array's memory."""
+    if info.trusted:
+        return
+    # BYTE is stored as uint8 (NumPy and torch have no other byte type): a uint8 array holds it
+    if info.dtype is not desc.dtype and not (desc.dtype is DType.BYTE and info.dtype is DType.U8):
+        raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                          f"operand '{name}': buffer holds {info.dtype}, descriptor says {desc.dtype}")
+    if writable and info.readonly:
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': output buffer is read-only")
+    status = layout_mismatch(info.shape, info.strides, desc.shape, desc.strides)
+    if status is not None:
+        what = "shapes" if status is Status.BAD_TENSOR_SHAPE else "strides"
+        raise InfiniError(status, (
+            f"operand '{name}': the array is shape {tuple(info.shape)} strides "
+            f"{tuple(info.strides)}, the descriptor says shape {desc.shape} strides {desc.strides} "
+            f"(strides in elements; the {what} differ). Pass an array laid out as the descriptor "
+            "says (np.ascontiguousarray(x) or x.contiguous() for a row-major one), or describe "
+            "the array you have: TensorDescriptor.from_array(x)"))
 
 
 def check_handle(handle) -> Handle:
@@ -28,6 +68,10 @@ def check_descriptor(desc, name: str) -> TensorDescriptor:
         raise InfiniError(Status.BAD_PARAM,
                           f"operand '{name}': expected a TensorDescriptor, got {type(desc).__name__}")
     return desc
+
+
+# calculate's default for an argument left out: any argument-count mistake is an InfiniError
+MISSING = object()
 
 
 class OperatorDescriptor:
@@ -58,6 +102,12 @@ class OperatorDescriptor:
         if not self._alive:
             raise InfiniError(Status.BAD_PARAM, f"{self.name} descriptor was destroyed")
 
+    def _arguments_error(self, params: tuple[str, ...], given: tuple, hint: str = "") -> InfiniError:
+        """BAD_PARAM for a wrong number of arguments, saying what ``calculate`` takes."""
+        got = sum(x is not MISSING for x in given)
+        return InfiniError(Status.BAD_PARAM, f"{self.name}.calculate({', '.join(params)}) takes "
+                                             f"{len(params)} arguments, got {got}{hint}")
+
     def _check_workspace(self, workspace) -> None:
         need = self.workspace_size
         if need == 0:
@@ -70,9 +120,17 @@ class OperatorDescriptor:
         info = inspect_buffer(workspace, "workspace")
         if info.readonly:  # the kernel writes its scratch data there
             raise InfiniError(Status.BAD_PARAM, "operand 'workspace': buffer is read-only")
-        if info.hi - info.lo < need:
+        if layout_mismatch(info.shape, info.strides, info.shape, contiguous_strides(info.shape)):
+            # the kernel uses the bytes from the data pointer on: a strided view's gaps (or a
+            # reversed view's bytes before it) are not the workspace's
+            raise InfiniError(Status.BAD_PARAM,
+                              f"operand 'workspace': a strided view (shape {info.shape}, strides "
+                              f"{info.strides}); pass a contiguous buffer, e.g. "
+                              f"np.empty({need}, np.uint8)")
+        size = info.hi - info.lo
+        if size < need:
             raise InfiniError(Status.INSUFFICIENT_WORKSPACE,
-                              f"{self.name} needs a workspace of {need} bytes, got {info.hi - info.lo}")
+                              f"{self.name} needs a workspace of {need} bytes, got {size}")
 
     def _buffer(self, obj, desc: TensorDescriptor, name: str, *, writable: bool) -> BufferInfo:
         if obj is None:

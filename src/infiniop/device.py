@@ -1,4 +1,7 @@
-"""Devices and handles: a Handle names the device an operator descriptor runs on."""
+"""Devices and handles: a Handle names the device an operator descriptor runs on.
+
+This is vocabulary: opening a device (``handle.create_handle``) loads its backend, a layer up.
+"""
 
 from __future__ import annotations
 
@@ -42,8 +45,15 @@ def as_device(value: Device | str | int) -> Device:
         try:
             return Device[value.upper()]
         except KeyError:
-            names = ", ".join(d.name.lower() for d in Device)
-            raise InfiniError(Status.BAD_PARAM, f"unknown device {value!r}; known: {names}") from None
+            pass
+        names = ", ".join(d.name.lower() for d in Device)
+        hint = ""
+        kind, _, index = value.lower().partition(":")
+        if kind in ("cuda", "gpu"):  # torch's spelling: devices are named by vendor here
+            index = index if index.isdigit() else "0"
+            hint = (f"; infiniop names GPUs by vendor: for an NVIDIA GPU use 'nvidia' "
+                    f"(create_handle('nvidia', {index}))")
+        raise InfiniError(Status.BAD_PARAM, f"unknown device {value!r}{hint}; known: {names}")
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return Device(value)
@@ -65,23 +75,3 @@ class Handle:
 
     def destroy(self) -> None:
         """Kept for parity with the C API; a handle holds no resources."""
-
-
-def create_handle(device: Device | str | int = "cpu", device_id: int = 0) -> Handle:
-    """Open a device.
-
-    >>> import infiniop
-    >>> infiniop.create_handle("cpu")
-    Handle(cpu:0)
-
-    An unknown name is ``BAD_PARAM``; a device whose backend is not usable here is
-    ``DEVICE_TYPE_NOT_SUPPORTED`` (or ``DEVICE_NOT_FOUND`` when the backend is installed but the
-    device is absent), with a message that says what to install.
-    """
-    from . import backends
-
-    dev = as_device(device)
-    if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
-        raise InfiniError(Status.BAD_PARAM, f"device_id must be an int >= 0, got {device_id!r}")
-    backend = backends.load(dev, device_id)
-    return Handle(dev, device_id, backend)

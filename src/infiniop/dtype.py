@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from enum import IntEnum
 
 import ml_dtypes
@@ -94,12 +95,17 @@ uint8, uint16, uint32, uint64 = DType.U8, DType.U16, DType.U32, DType.U64
 bool_ = DType.BOOL
 
 
+# What an array can hold, for messages: every DType that NumPy (with ml_dtypes) or torch stores.
+SUPPORTED = ", ".join(_SHORT[d] for d in DType if d is not DType.BYTE)
+
+
 def from_numpy(dt) -> DType:
     """The DType of a NumPy dtype (or anything ``np.dtype`` accepts)."""
     try:
         return _FROM_NUMPY[np.dtype(dt)]
     except Exception as e:  # noqa: BLE001 - np.dtype('01') is a SyntaxError, '0:' a ValueError
-        raise InfiniError(Status.BAD_TENSOR_DTYPE, f"NumPy dtype {dt!r} has no infiniop DType") from e
+        raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                          f"NumPy dtype {dt!r} has no infiniop DType (supported: {SUPPORTED})") from e
 
 
 def _torch_table() -> dict:
@@ -131,19 +137,33 @@ def from_torch(tdt) -> DType:
     for k, v in _TORCH_CACHE.items():
         if v == tdt:
             return k
-    raise InfiniError(Status.BAD_TENSOR_DTYPE, f"torch dtype {tdt} has no infiniop DType")
+    raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                      f"torch dtype {tdt} has no infiniop DType (supported: {SUPPORTED})")
 
 
 def as_dtype(value) -> DType:
-    """Accept a DType, its int value, its name ('float16'), or a NumPy/torch dtype."""
+    """Accept a DType, its int value (InfiniCore's numbering), a NumPy or torch dtype, or a string.
+
+    A string is read, in this order, as
+    1. one of infiniop's names: ``'float16'``, ``'bfloat16'``, ``'float8_e4m3fn'``, ``'int8'``...
+       ``'bool'``, and ``'byte'`` (infiniop's untyped byte, BYTE; NumPy's ``np.byte`` is int8,
+       spell that ``'int8'`` or ``'i1'``);
+    2. a NumPy dtype string, with NumPy's meaning: ``'f4'`` float32, ``'i8'`` int64, ``'u1'``
+       uint8, ``'b'`` int8, ``'?'`` bool, ``'e'`` float16, ``'<f2'``, ``'half'``, ``'float'``
+       (float64)... A NumPy type infiniop cannot hold (``'f16'`` float128, ``'c8'``, ``'>f4'``,
+       ``'U8'``, a unicode string) is refused, never read as another size;
+    3. an upper-case member name NumPy does not read: ``'F16'``, ``'BF16'``, ``'F8'``, ``'I8'``...
+       ``'BYTE'``, ``'BOOL'``. (``'U8'``..``'U64'`` are NumPy's unicode strings: use ``'uint8'``.)
+
+    >>> as_dtype("i8"), as_dtype("I8"), as_dtype("f4"), as_dtype("F16")
+    (infiniop.int64, infiniop.int8, infiniop.float32, infiniop.float16)
+    """
     if isinstance(value, DType):
         return value
     if value is None:  # np.dtype(None) is float64: never let a missing dtype mean float64
         raise InfiniError(Status.BAD_TENSOR_DTYPE, "dtype is None")
     if isinstance(value, str):
-        for d, name in _SHORT.items():
-            if name == value or d.name == value.upper():
-                return d
+        return _from_string(value)
     if type(value).__module__ == "torch":
         return from_torch(value)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -151,9 +171,40 @@ def as_dtype(value) -> DType:
             return DType(value)
         except ValueError:
             pass
-    else:
+    elif not isinstance(value, bool | bytes):
         try:
             return from_numpy(value)
         except InfiniError:
             pass
-    raise InfiniError(Status.BAD_TENSOR_DTYPE, f"{value!r} is not an infiniop DType")
+    raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                      f"{value!r} is not an infiniop DType (supported: {SUPPORTED})")
+
+
+_BY_NAME = {name: d for d, name in _SHORT.items()}
+
+
+def _from_string(text: str) -> DType:
+    d = _BY_NAME.get(text)
+    if d is not None:
+        return d
+    with warnings.catch_warnings():  # NumPy deprecates some aliases ('a'): still its meaning
+        warnings.simplefilter("ignore")
+        try:
+            npdt = np.dtype(text)
+        except Exception:  # noqa: BLE001 - not a NumPy dtype string (TypeError, SyntaxError...)
+            npdt = None
+    if npdt is not None:
+        d = _FROM_NUMPY.get(npdt)
+        if d is None:
+            member = DType.__members__.get(text)  # 'U8': a member name NumPy reads otherwise
+            hint = f"; infiniop's {text} is spelled {_SHORT[member]!r}" if member else ""
+            raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                              f"{text!r} is NumPy's {npdt} ({npdt.itemsize} bytes), which infiniop "
+                              f"does not support{hint} (supported: {SUPPORTED})")
+        return d
+    d = DType.__members__.get(text)
+    if d is not None:
+        return d
+    raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                      f"{text!r} is not a dtype name (supported: {SUPPORTED}, or NumPy's codes "
+                      "such as 'f4', or member names such as 'F16' and 'BF16')")

@@ -3,18 +3,20 @@
 Order of preference: NumPy arrays and torch tensors directly (fast), then ``__dlpack__``, then
 ``__cuda_array_interface__``, then ``__array_interface__``. A plain int is a raw address: trusted,
 unchecked (the caller promises the memory is there).
+
+This layer only reads arrays (it knows dtypes, not descriptors): ``TensorDescriptor.from_array``
+builds a descriptor from what it reads, and the operator descriptors check a buffer against
+their tensor descriptors (``descriptor.check_fits``).
 """
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 
-from .dtype import DType, from_numpy, from_torch
+from .dtype import SUPPORTED, DType, from_numpy, from_torch
 from .status import InfiniError, Status
-from .tensor import TensorDescriptor
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,8 @@ def _from_ndarray(a: np.ndarray, name: str = "buffer") -> BufferInfo:
         dt = from_numpy(a.dtype)
     except InfiniError:
         raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                          f"operand '{name}': array dtype {a.dtype} is not supported") from None
+                          f"operand '{name}': array dtype {a.dtype} is not supported "
+                          f"(supported: {SUPPORTED})") from None
     isz = a.itemsize
     if any(s % isz for s in a.strides):
         raise InfiniError(Status.BAD_TENSOR_STRIDES, f"operand '{name}': array strides "
@@ -80,7 +83,8 @@ def _from_torch(t, name: str = "buffer") -> BufferInfo:
         dt = from_torch(t.dtype)
     except InfiniError:
         raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                          f"operand '{name}': tensor dtype {t.dtype} is not supported") from None
+                          f"operand '{name}': tensor dtype {t.dtype} is not supported "
+                          f"(supported: {SUPPORTED})") from None
     isz = dt.itemsize
     if t.layout is not _torch().strided:  # sparse, mkldnn...: no strided memory to hand out
         raise InfiniError(Status.BAD_PARAM, f"operand '{name}': tensor layout {t.layout} is "
@@ -137,11 +141,15 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
             dt = from_numpy(np.dtype(cai["typestr"]))
             isz = dt.itemsize
             shape = tuple(int(n) for n in cai["shape"])
-            bstrides = cai.get("strides") or [s * isz for s in _contig(shape)]
+            bstrides = tuple(int(s) for s in cai.get("strides") or
+                             [s * isz for s in _contig(shape)])
             addr, ro = cai["data"]
         except (KeyError, TypeError, ValueError) as e:
             raise InfiniError(Status.BAD_PARAM, f"operand '{name}': malformed "
                               f"__cuda_array_interface__ ({e!r})") from None
+        if any(s % isz for s in bstrides):
+            raise InfiniError(Status.BAD_TENSOR_STRIDES, f"operand '{name}': strides {bstrides} "
+                              f"(bytes) are not multiples of {isz}")
         lo, hi = _bounds(addr, shape, bstrides, isz)
         return BufferInfo(addr, dt, shape, tuple(s // isz for s in bstrides), lo, hi, bool(ro),
                           "cuda", obj)
@@ -158,45 +166,10 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
                       f"operand '{name}': {type(obj).__name__} is not an array, tensor or address")
 
 
-def _contig(shape):
-    from .tensor import contiguous_strides
-
-    return contiguous_strides(shape)
-
-
-def check_fits(info: BufferInfo, desc: TensorDescriptor, name: str, *, writable: bool) -> None:
-    """Refuse a buffer whose dtype differs from the descriptor's, that is read-only when written,
-    or whose memory does not contain every element the descriptor can reach."""
-    if info.trusted:
-        return
-    if info.dtype is not desc.dtype:
-        raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                          f"operand '{name}': buffer holds {info.dtype}, descriptor says {desc.dtype}")
-    if writable and info.readonly:
-        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': output buffer is read-only")
-    if desc.is_empty:
-        return
-    isz = desc.dtype.itemsize
-    lo_e, hi_e = desc.reach
-    lo, hi = info.address + lo_e * isz, info.address + (hi_e + 1) * isz
-    if lo < info.lo or hi > info.hi:
-        raise InfiniError(
-            Status.BAD_PARAM,
-            f"operand '{name}': descriptor {desc.shape}/{desc.strides} reaches bytes "
-            f"[{lo - info.address}, {hi - info.address}) from element 0, but the buffer only "
-            f"holds [{info.lo - info.address}, {info.hi - info.address})",
-        )
-
-
-def raw_view(address: int, desc: TensorDescriptor, dtype=None) -> np.ndarray:
-    """A NumPy view of ``desc`` at ``address`` (no checks: callers checked or trust it)."""
-    dt = np.dtype(dtype) if dtype is not None else desc.dtype.numpy
-    isz = desc.dtype.itemsize
-    if desc.is_empty:
-        return np.empty(desc.shape, dt)
-    lo_e, hi_e = desc.reach
-    nbytes = (hi_e - lo_e + 1) * isz
-    buf = (ctypes.c_char * nbytes).from_address(address + lo_e * isz)
-    base = np.frombuffer(buf, dtype=np.uint8)
-    return np.ndarray(desc.shape, dt, buffer=base, offset=-lo_e * isz,
-                      strides=[s * isz for s in desc.strides])
+def _contig(shape) -> list[int]:
+    """Row-major strides in elements (a ``__cuda_array_interface__`` without strides)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]

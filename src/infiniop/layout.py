@@ -7,6 +7,7 @@ strides, merge dims that are contiguous for every operand.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from math import prod
 
@@ -159,11 +160,23 @@ def overlap(addr_a: int, a: TensorDescriptor, addr_b: int, b: TensorDescriptor) 
         sa == sb or n == 1 for sa, sb, n in zip(a.strides, b.strides, a.shape)
     ):
         return "same"
-    from .interop import raw_view
-
     va, vb = raw_view(addr_a, a), raw_view(addr_b, b)
     try:
         shared = np.shares_memory(va, vb, max_work=1 << 20)
     except np.exceptions.TooHardError:
         shared = True
     return "partial" if shared else "none"
+
+
+def raw_view(address: int, desc: TensorDescriptor, dtype=None) -> np.ndarray:
+    """A NumPy view of ``desc`` at ``address`` (no checks: callers checked or trust it)."""
+    dt = np.dtype(dtype) if dtype is not None else desc.dtype.numpy
+    isz = desc.dtype.itemsize
+    if desc.is_empty:
+        return np.empty(desc.shape, dt)
+    lo_e, hi_e = desc.reach
+    nbytes = (hi_e - lo_e + 1) * isz
+    buf = (ctypes.c_char * nbytes).from_address(address + lo_e * isz)
+    base = np.frombuffer(buf, dtype=np.uint8)
+    return np.ndarray(desc.shape, dt, buffer=base, offset=-lo_e * isz,
+                      strides=[s * isz for s in desc.strides])

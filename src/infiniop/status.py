@@ -22,6 +22,15 @@ class Status(IntEnum):
     BAD_TENSOR_STRIDES = 12
     INSUFFICIENT_WORKSPACE = 13
 
+    def __str__(self) -> str:
+        """The name (``print(err.status)`` shows ``BAD_PARAM``); ``int(status)`` is the number."""
+        return self.name
+
+    def __format__(self, spec: str) -> str:  # f"{status}" and f"{status:>20}": the name
+        if spec and spec[-1] in "bcdoxXneEfFgG%":  # f"{status:d}": the number
+            return int.__format__(self, spec)
+        return format(self.name, spec)
+
 
 class InfiniError(Exception):
     """Every failure the caller can cause: ``.status`` says which kind, the message says where.
@@ -29,8 +38,8 @@ class InfiniError(Exception):
     >>> try:
     ...     raise InfiniError(Status.BAD_PARAM, "operand 'a': not an array")
     ... except InfiniError as e:
-    ...     print(e.status.name, "-", e)
-    BAD_PARAM - operand 'a': not an array
+    ...     print(e.status, "-", e, "-", int(e.status))
+    BAD_PARAM - operand 'a': not an array - 3
     """
 
     def __init__(self, status: Status, message: str):

@@ -6,6 +6,7 @@ import operator
 from math import prod
 
 from .dtype import DType, as_dtype
+from .interop import inspect_buffer
 from .status import InfiniError, Status
 
 _INT64_MAX = 2**63 - 1
@@ -134,8 +135,6 @@ class TensorDescriptor:
     @classmethod
     def from_array(cls, obj) -> TensorDescriptor:
         """Describe a NumPy array, torch tensor, or DLPack / array-interface object."""
-        from .interop import inspect_buffer
-
         info = inspect_buffer(obj)
         if info.trusted:
             raise InfiniError(Status.BAD_PARAM,

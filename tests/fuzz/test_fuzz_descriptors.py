@@ -5,7 +5,8 @@
 2. ``create_<op>_descriptor`` / ``create_rearrange_descriptor`` on random descriptors (any
    dtype, shape, strides: broadcast, overlapping, negative, mismatched): either a descriptor or an
    ``InfiniError``; when valid and small, a run on canaried buffers matches NumPy and writes no
-   byte outside the output.
+   byte outside the output, and a run with one operand's array laid out otherwise than its
+   descriptor raises exactly BAD_TENSOR_SHAPE / BAD_TENSOR_STRIDES and writes nothing.
 
 Brief in CI (about 300 examples in all); ``--long`` (or INFINIOP_LONG=1) runs 50x more, every
 operator and dtype executed (CI executes a fixed few, to bound JIT compilation time).
@@ -186,7 +187,10 @@ def create_call(draw):
         if draw(st.integers(0, 20)) == 0:  # a wrong operand count now and then
             ins_dtypes = ins_dtypes[:-1] if draw(st.booleans()) else ins_dtypes + [dtype]
     ins = [draw(operand_descriptor(d, out.shape, False)) for d in ins_dtypes]
-    return name, out, ins, draw(st.integers(0, 2**32 - 1))
+    j = draw(st.integers(0, len(ins)))  # an operand handed over as an array of another layout
+    like = (out, *ins)[j]
+    mislaid = (j, draw(operand_descriptor(like.dtype, like.shape, j == 0).filter(lambda d: d != like)))
+    return name, out, ins, draw(st.integers(0, 2**32 - 1)), mislaid
 
 
 def small_values(dtype: DType, n: int, rng) -> np.ndarray:
@@ -213,15 +217,62 @@ def reference(name: str, dtype: DType, inputs: list[np.ndarray]) -> np.ndarray:
         return np.asarray(fn(*inputs)).astype(dtype.numpy)
 
 
+def fill(bufs: list[Buffer], rng) -> None:
+    """Every byte an input can reach (gaps included) gets a small value."""
+    for b in bufs:
+        lo, hi = b.desc.reach
+        region = np.ndarray((hi - lo + 1,), b.desc.dtype.numpy, buffer=b.raw,
+                            offset=b.origin + lo * b.isz)
+        region[...] = small_values(b.desc.dtype, hi - lo + 1, rng)
+        b.snapshot()
+
+
+def offsets(d: TD) -> np.ndarray:
+    """The element offset of every index in C order: what a layout means."""
+    if not d.ndim:
+        return np.zeros(1, np.int64)
+    idx = np.indices(d.shape, dtype=np.int64).reshape(d.ndim, -1)
+    return (np.array(d.strides, np.int64).reshape(-1, 1) * idx).sum(axis=0)
+
+
+def run_mislaid(name, desc, out: TD, ins: list[TD], mislaid, seed: int) -> None:
+    """Operand j handed over as an array laid out as ``other``: refused with the exact status
+    (an independent oracle: same shape and the same offset for every index, or not), nothing
+    written; skipped when the two layouts address the same elements in the same order."""
+    j, other = mislaid
+    descs = [out, *ins]
+    if other.shape != descs[j].shape:
+        want = infiniop.Status.BAD_TENSOR_SHAPE
+    elif np.array_equal(offsets(other), offsets(descs[j])):
+        event("mislaid: an equivalent layout")
+        return
+    else:
+        want = infiniop.Status.BAD_TENSOR_STRIDES
+    bufs = [Buffer("out", out)] + [Buffer("in", d) for d in ins]
+    bufs[j] = Buffer("mislaid", other)
+    fill(bufs[1:] if j else bufs[1:] + [bufs[0]], np.random.default_rng(seed))
+    for b in bufs:
+        b.snapshot()
+    views = [b.view() for b in bufs]
+    try:
+        if name == "rearrange":
+            desc.calculate(*views)
+        else:
+            desc.calculate(None, *views)
+    except InfiniError as e:
+        assert e.status is want, f"{name} operand {j} as {other}: {e!r}, want {want.name}"
+    else:
+        raise AssertionError(f"{name} operand {j} laid out as {other}, descriptor "
+                             f"{descs[j]}: no error (want {want.name})")
+    for b in bufs:
+        assert not b.changed().any(), "a refused call wrote bytes"
+    event(f"mislaid: refused {want.name}")
+
+
 def run_canaried(name, desc, out: TD, ins: list[TD], seed: int) -> None:
     rng = np.random.default_rng(seed)
     bufs = [Buffer("in", d) for d in ins]
-    for b, d in zip(bufs, ins):  # fill every byte an input can reach (gaps included)
-        lo, hi = d.reach
-        region = np.ndarray((hi - lo + 1,), d.dtype.numpy, buffer=b.raw,
-                            offset=b.origin + lo * b.isz)
-        region[...] = small_values(d.dtype, hi - lo + 1, rng)
-        b.snapshot()
+    fill(bufs, rng)
     o = Buffer("out", out)
     views = [np.broadcast_to(b.view(), out.shape) for b in bufs]
     want = reference(name, out.dtype, [np.array(v) for v in views])
@@ -241,7 +292,7 @@ def run_canaried(name, desc, out: TD, ins: list[TD], seed: int) -> None:
 @budget(120)
 @given(call=create_call())
 def test_fuzz_create_and_run(call):
-    name, out, ins, seed = call
+    name, out, ins, seed, mislaid = call
     try:
         if name == "rearrange":
             desc = create_rearrange_descriptor(H, out, *ins)
@@ -255,6 +306,8 @@ def test_fuzz_create_and_run(call):
     if executed and out.numel <= 4096 and all(d.numel <= 4096 for d in ins):
         event("valid, executed")
         run_canaried(name, desc, out, ins, seed)
+        if mislaid[1].numel <= 4096:
+            run_mislaid(name, desc, out, ins, mislaid, seed)
     else:
         event("valid, not executed")
     desc.destroy()

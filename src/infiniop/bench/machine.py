@@ -65,7 +65,7 @@ def bandwidth(nbytes: int = 512 << 20, rounds: int = 5) -> dict:
     Each ceiling is the best implementation's median. On many CPUs reads are cheaper than
     writes, so the triad ceiling is higher than the copy ceiling: each case is compared with the
     ceiling of its own traffic pattern (one input: copy; two or more: triad)."""
-    from ..device import create_handle
+    from ..handle import create_handle
     from ..memory import empty_aligned
     from ..tensor import TensorDescriptor
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -36,10 +37,11 @@ def _select(cases: list[Case], ops, dtypes, layouts, sizes) -> list[Case]:
 def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads: int | None = None,
         json_path: str | None = None, plot_path: str | None = None, device: str = "cpu",
         ceiling_bytes: int | None = None, rounds: int | None = None, out=sys.stdout,
-        cases: list[Case] | None = None) -> list[dict]:
-    """Run the benchmark and return its records (also printed, and written as JSON lines)."""
+        progress=None, cases: list[Case] | None = None) -> list[dict]:
+    """Run the benchmark and return its records (also printed, and written as JSON lines).
+    Progress goes to ``progress`` (stderr by default) as the cases run."""
     if device != "cpu":
-        from ..device import create_handle
+        from ..handle import create_handle
 
         create_handle(device)  # raises the right status if the device is not usable here
         raise SystemExit(f"infiniop bench: device {device} runs benchmarks/bench_gpu.py on a GPU machine")
@@ -51,16 +53,19 @@ def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads
     rounds = rounds or (3 if quick else 5)
     min_time = 0.01 if quick else 0.03
     machine = describe()
-    _progress(f"measuring memory bandwidth ({'quick' if quick else 'full'})...")
+    selected = cases if cases is not None else _select(default_suite(quick, threads), ops, dtypes,
+                                                       layouts, sizes)
+    bar = Progress(len(selected), sys.stderr if progress is None else progress)
+    bar.note(f"measuring memory bandwidth ({'quick' if quick else 'full'})...")
     ceiling = bandwidth(ceiling_bytes or ((256 << 20) if quick else (512 << 20)),
                         rounds=3 if quick else 5)
     header = {"kind": "machine", "date": time.strftime("%Y-%m-%d"), **machine, "bandwidth": ceiling}
     records = [header]
-    selected = cases if cases is not None else _select(default_suite(quick, threads), ops, dtypes,
-                                                       layouts, sizes)
     for i, case in enumerate(selected):
-        _progress(f"[{i + 1}/{len(selected)}] {case.name}")
+        bar.start(i, case.name)
         records.append(_run_case(case, ceiling, rounds, min_time))
+        bar.done(i, case.name, _summary(records[-1]))
+    bar.close()
     _print_table(records, out)
     if json_path:
         with open(json_path, "w") as f:
@@ -106,9 +111,58 @@ def _run_case(case: Case, bw: dict, rounds: int, min_time: float) -> dict:
     return rec
 
 
-def _progress(msg: str) -> None:
-    if sys.stderr.isatty():
-        print("\r\033[K" + msg, end="", file=sys.stderr, flush=True)
+class Progress:
+    """Where the run is, on ``stream``: a bar redrawn in place on a terminal, else one line per
+    finished case (a log or a pipe gets whole lines)."""
+
+    WIDTH = 20
+
+    def __init__(self, total: int, stream):
+        self.total, self.stream = total, stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.t0 = time.perf_counter()
+
+    def note(self, text: str) -> None:
+        if self.tty:
+            self._line(text)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def start(self, i: int, name: str) -> None:
+        if self.tty:
+            self._line(f"{self._bar(i)} {name}")
+
+    def done(self, i: int, name: str, summary: str) -> None:
+        if self.tty:
+            self._line(f"{self._bar(i + 1)} {name}: {summary}")
+        else:
+            print(f"[{i + 1}/{self.total}] {name}: {summary} ({self._elapsed()})", file=self.stream,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print("\r\033[K", end="", file=self.stream, flush=True)
+
+    def _bar(self, done: int) -> str:
+        fill = self.WIDTH * done // max(self.total, 1)
+        return f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {done}/{self.total} {self._elapsed()}"
+
+    def _elapsed(self) -> str:
+        return f"{time.perf_counter() - self.t0:.0f} s"
+
+    def _line(self, text: str) -> None:
+        cols = shutil.get_terminal_size().columns - 1
+        print("\r\033[K" + text[:cols], end="", file=self.stream, flush=True)
+
+
+def _summary(rec: dict) -> str:
+    if "error" in rec:
+        return "ERROR: " + rec["error"]
+    text = _fmt_time(rec["impls"]["infiniop"]["median"])
+    for peer in ("numpy", "torch"):
+        if f"speedup_vs_{peer}" in rec:
+            text += f", x{rec[f'speedup_vs_{peer}']:.2f} {peer}"
+    return text
 
 
 def _fmt_time(s: float) -> str:
@@ -116,8 +170,6 @@ def _fmt_time(s: float) -> str:
 
 
 def _print_table(records: list[dict], out) -> None:
-    if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr)
     head = records[0]
     b = head["bandwidth"]
     print(f"infiniop {head['infiniop']} bench, {head['date']}, {head['cpu']} ({head['cores']} cores, "
@@ -145,6 +197,9 @@ def _print_table(records: list[dict], out) -> None:
             f"{r['speedup_vs_torch']:.2f}" if "speedup_vs_torch" in r else "-",
             f"{100 * g['spread']:.0f}%",
         ])
+    if "torch" not in head:
+        print("torch: not installed, so its column is empty (pip install 'infiniop[torch]'; "
+              "the README shows the CPU-only wheel)", file=out)
     widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
     line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(cols, widths)))
     print(line, file=out)

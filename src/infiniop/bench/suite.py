@@ -70,6 +70,11 @@ def _to_torch(x: np.ndarray):
     return torch.from_numpy(x)
 
 
+def _reversed(t):
+    """``t`` with its dims in reverse order (torch deprecates ``.T`` beyond 2 dims)."""
+    return t.permute(*reversed(range(t.ndim)))
+
+
 def _random(shape, dtype: str, rng) -> np.ndarray:
     x = empty_aligned(shape, as_dtype(dtype).numpy)
     flat = x.reshape(-1)
@@ -132,7 +137,7 @@ def _elementwise(op: str, dtype: str, layout: str, size: int, threads: int) -> C
         torch = _torch()
         if torch is not None:
             torch.set_num_threads(threads)
-            tin = [_to_torch(a.T).T if layout == "transposed" and x is a else _to_torch(x)
+            tin = [_reversed(_to_torch(a.T)) if layout == "transposed" and x is a else _to_torch(x)
                    for x in ins]
             tout = _to_torch(outs["torch"])
             if op == "clip":
@@ -200,7 +205,7 @@ def _rearrange(dtype: str, layout: str, size: int, threads: int) -> Case:
             torch.set_num_threads(threads)
             tsrc = _to_torch(src)
             if perm is None:
-                tdst = _to_torch(outs["torch"].T).T
+                tdst = _reversed(_to_torch(outs["torch"].T))
                 impls["torch"] = lambda: tdst.copy_(tsrc)
             else:
                 tdst = _to_torch(outs["torch"])

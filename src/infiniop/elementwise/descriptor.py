@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..descriptor import OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..dtype import DType
 from ..layout import overlap
 from ..status import InfiniError, Status
-from ..tensor import TensorDescriptor
 from .plan import plan
-from .spec import ElementwiseSpec
 
 _HALF = (DType.F16, DType.BF16)
 _U16 = np.dtype(np.uint16)
 
 
 class ElementwiseDescriptor(OperatorDescriptor):
-    """A planned elementwise call: ``calculate(workspace, out, *inputs, stream=None)``.
+    """A planned elementwise call: ``calculate(workspace, *buffers, stream=None)``, the buffers
+    in the order of the tensors given to create (the C API's order: outputs first for most
+    operators; BLAS-style operators update some of theirs in place).
 
     >>> import numpy as np, infiniop
     >>> h = infiniop.create_handle("cpu")
@@ -31,87 +31,112 @@ class ElementwiseDescriptor(OperatorDescriptor):
            [0.75, 0.75, 0.75]], dtype=float32)
     """
 
-    def __init__(self, handle, spec: ElementwiseSpec, out_desc, in_descs):
+    def __init__(self, handle, spec, descs: tuple, params: dict):
         super().__init__(check_handle(handle))
+        self.spec = spec
         self.name = spec.name
-        names = ("out",) + spec.inputs
-        if len(in_descs) != spec.arity:  # before naming them: names[k + 1] must exist
-            raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
-                              f"({', '.join(spec.inputs)}), got {len(in_descs)}")
-        descs = [check_descriptor(out_desc, "out")]
-        descs += [check_descriptor(d, names[k + 1]) for k, d in enumerate(in_descs)]
-        self.info = info = plan(spec, descs[0], tuple(descs[1:]))
+        ops = spec.operands
+        self._names = tuple(o.name for o in ops)
+        if len(descs) != len(ops):
+            raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(ops)} tensor "
+                              f"descriptors ({', '.join(self._names)}), got {len(descs)}")
+        checked = tuple(None if d is None and o.optional else check_descriptor(d, o.name)
+                        for o, d in zip(ops, descs))
+        self.info = info = plan(spec, checked, params)
         self.workspace_size = 0
-        self._names = names
-        # Each input as seen through the output's shape: what in-place aliasing is compared with.
-        from ..layout import broadcast_strides
-
-        self._aligned = [descs[0]] + [
-            TensorDescriptor(d.dtype, descs[0].shape, broadcast_strides(d, descs[0].shape, names[k + 1]))
-            for k, d in enumerate(descs[1:])
-        ]
         self._empty = info.numel == 0
-        self._np_dtypes = tuple(d.dtype.numpy for d in descs)
-        self._views = tuple(d.dtype in _HALF for d in descs)
         self._kernel = handle.backend.elementwise_kernel(info, handle=handle)
         launcher = getattr(self._kernel, "array_launcher", None)
         self._fast = None if launcher is None or self._empty else _fast_path(
-            launcher, self._kernel.array_launcher_args, self._np_dtypes, self._views)
+            launcher, self._kernel.array_launcher_args, info, ops)
 
-    def calculate(self, workspace, out, *inputs, stream=None) -> None:
-        """Compute ``out = op(*inputs)``; buffers are arrays, tensors or raw addresses."""
+    @property
+    def params(self) -> dict:
+        """The scalar parameters fixed at create, by name (as the kernel receives them)."""
+        return {p.name: v for p, v in zip(self.spec.params, self.info.params)}
+
+    def calculate(self, workspace=MISSING, *buffers, stream=None) -> None:
+        """Run the operator; buffers are arrays, tensors or raw addresses (None for an absent
+        optional operand)."""
         fast = self._fast
-        if fast is not None and fast(out, inputs) == 0:
+        if fast is not None and fast(buffers) == 0:
             return
         if not self._alive:
             self._check_alive()
-        if len(inputs) != len(self._names) - 1:
-            raise InfiniError(Status.BAD_PARAM,
-                              f"{self.name} takes {len(self._names) - 1} inputs, got {len(inputs)}")
-        infos = self._check_buffers(workspace, out, inputs)
+        n = len(self._names)
+        if workspace is MISSING or len(buffers) != n:
+            given = (workspace,) + buffers
+            hint = ""
+            if len(buffers) == n - 1 and workspace is not None and workspace is not MISSING:
+                hint = ("; the first argument is the workspace (None when workspace_size is 0): "
+                        f"calculate(None, {', '.join(self._names)})")
+            raise self._arguments_error(("workspace",) + self._names, given, hint)
+        infos = self._check_buffers(workspace, buffers)
         if not self._empty:
-            self._kernel.launch_pointers([i.address for i in infos], stream=stream)
+            self._kernel.launch_pointers([None if i is None else i.address for i in infos],
+                                         stream=stream)
 
     def destroy(self) -> None:
         self._fast = None
         super().destroy()
 
-    def _check_buffers(self, workspace, out, inputs):
+    def _check_buffers(self, workspace, buffers):
         self._check_workspace(workspace)
-        descs = self.info.descs
-        infos = [self._buffer(out, descs[0], "out", writable=True)]
-        infos += [self._buffer(x, descs[k + 1], self._names[k + 1], writable=False)
-                  for k, x in enumerate(inputs)]
+        ops, descs = self.spec.operands, self.info.descs
+        infos = []
+        for o, d, b in zip(ops, descs, buffers):
+            if d is None:
+                if b is not None:
+                    raise InfiniError(Status.BAD_PARAM, f"operand '{o.name}' was None at create; "
+                                      "pass None for its buffer too")
+                infos.append(None)
+            else:
+                infos.append(self._buffer(b, d, o.name, writable=o.writes))
         if not self._empty:
-            o = infos[0]
-            for k, i in enumerate(infos[1:]):
-                rel = overlap(o.address, self._aligned[0], i.address, self._aligned[k + 1])
-                if rel == "partial" or (rel == "same" and not self.info.aliasable[k]):
-                    raise InfiniError(Status.BAD_PARAM,
-                                      f"operand 'out' partially overlaps input "
-                                      f"'{self._names[k + 1]}'; in-place needs identical layouts")
+            for c in self.info.checks:
+                rel = overlap(infos[c.w].address, c.descs[0], infos[c.k].address, c.descs[1])
+                if rel == "partial" or (rel == "same" and not c.aliasable):
+                    w, k = self._names[c.w], self._names[c.k]
+                    if ops[c.k].writes:
+                        msg = f"operands '{w}' and '{k}' share memory; outputs must not overlap"
+                    else:
+                        msg = (f"operand '{w}' partially overlaps input '{k}'; in-place needs "
+                               "identical layouts")
+                    raise InfiniError(Status.BAD_PARAM, msg)
         return infos
 
 
-def _fast_path(launcher, extra_args, np_dtypes, views):
+def _fast_path(launcher, extra_args, info, ops):
     """A per-descriptor closure for the common call: all NumPy arrays of the right dtypes.
-    Generated for the operator's arity so the check is a handful of identity tests (a small call
-    must cost about what NumPy's own ufunc call costs). Returns the launcher's code (0 = done),
-    or -1 when the arguments need the general path."""
-    n = len(np_dtypes)
-    args = ", ".join(f"x{j}" for j in range(n))
-    checks = " and ".join(f"type(x{j}) is nd and x{j}.dtype is d{j}" for j in range(n))
-    view = "".join(f"    x{j} = x{j}.view(u16)\n" for j in range(n) if views[j])
+    Generated for the operator's operands so the check is a handful of identity tests (a small
+    call must cost about what NumPy's own ufunc call costs). Returns the launcher's code
+    (0 = done), or -1 when the arguments need the general path."""
+    n = len(ops)
+    present = [d is not None for d in info.descs]
+    xs = [f"x{j}" for j in range(n)]
+    checks = []
+    for j, o in enumerate(ops):
+        if not present[j]:
+            checks.append(f"x{j} is None")
+            continue
+        checks.append(f"type(x{j}) is nd and x{j}.dtype is d{j}")
+        if o.writes:
+            checks.append(f"x{j}.flags.writeable")
+    view = "".join(f"    x{j} = x{j}.view(u16)\n" for j in range(n)
+                   if present[j] and info.descs[j].dtype in _HALF)
+    args = [f"x{j}" for j in range(n) if present[j]] + [f"p{k}" for k in range(len(info.params))]
+    args += [f"e{k}" for k in range(len(extra_args))]
     src = (
-        f"def fast(x0, inputs):\n"
-        f"    if len(inputs) != {n - 1}:\n        return -1\n"
-        f"    {', '.join(f'x{j}' for j in range(1, n))}{',' if n == 2 else ''} = inputs\n"
-        f"    if not ({checks} and x0.flags.writeable):\n        return -1\n"
+        f"def fast(bufs):\n"
+        f"    if len(bufs) != {n}:\n        return -1\n"
+        f"    {', '.join(xs)}{',' if n == 1 else ''} = bufs\n"
+        f"    if not ({' and '.join(checks)}):\n        return -1\n"
         f"{view}"
-        f"    return launcher({args}, e0, e1, e2)\n"
+        f"    return launcher({', '.join(args)})\n"
     )
     env = {"nd": np.ndarray, "u16": _U16, "launcher": launcher}
-    env.update({f"e{j}": v for j, v in enumerate(extra_args)})
-    env.update({f"d{j}": dt for j, dt in enumerate(np_dtypes)})
+    env.update({f"e{k}": v for k, v in enumerate(extra_args)})
+    env.update({f"p{k}": v for k, v in enumerate(info.params)})
+    env.update({f"d{j}": d.dtype.numpy for j, d in enumerate(info.descs) if d is not None})
     exec(src, env)
     return env["fast"]

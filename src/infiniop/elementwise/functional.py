@@ -1,7 +1,11 @@
 """The functional front end: ``infiniop.sub(a, b, out=None)`` on NumPy arrays or torch tensors.
 
+Arguments are the operator's read operands in its (C) order; scalar parameters are keyword
+arguments; outputs are allocated (or given as ``out=``, a tuple when there are several).
+Operands updated in place (BLAS-style ``axpy``'s ``y``) are passed as arguments and returned.
 Broadcasts like NumPy, returns the kind of array it was given, and caches descriptors in a
-bounded LRU keyed by the operands' layouts, so a repeated call does no planning.
+bounded LRU keyed by the operands' layouts and the parameters, so a repeated call does no
+planning.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..dask_arrays import elementwise as dask_elementwise
+from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
 from ..layout import broadcast_shape
 from ..memory import empty_aligned
@@ -27,7 +33,7 @@ _handle = None
 def _cpu_handle():
     global _handle
     if _handle is None:
-        from ..device import create_handle
+        from ..handle import create_handle
 
         _handle = create_handle("cpu")
     return _handle
@@ -38,6 +44,8 @@ def _is_torch(x) -> bool:
 
 
 def _layout(x):
+    if x is None:
+        return None
     if type(x) is np.ndarray:
         isz = x.itemsize
         if any(s % isz for s in x.strides):  # s // isz would describe other elements
@@ -47,9 +55,9 @@ def _layout(x):
     return x.dtype, tuple(x.shape), tuple(x.stride())
 
 
-def _descriptor(spec, out, ins):
-    """Create (or reuse) the descriptor for these operands' layouts."""
-    key = (spec,) + tuple(_layout(a) for a in (out,) + ins)  # the spec itself: its dtypes too
+def _descriptor(spec, buffers, params: dict):
+    """Create (or reuse) the descriptor for these operands' layouts and parameters."""
+    key = (spec, tuple(sorted(params.items()))) + tuple(_layout(a) for a in buffers)
     hit = _descriptors.get(key)
     if hit is not None:
         try:
@@ -57,8 +65,9 @@ def _descriptor(spec, out, ins):
         except KeyError:
             pass
         return hit
-    descs = [TensorDescriptor(as_dtype(dt), shape, strides) for dt, shape, strides in key[1:]]
-    d = spec.create_descriptor(_cpu_handle(), descs[0], *descs[1:])
+    descs = [None if lay is None else TensorDescriptor(as_dtype(lay[0]), lay[1], lay[2])
+             for lay in key[2:]]
+    d = spec.create_descriptor(_cpu_handle(), *descs, **params)
     with _cache_lock:
         _descriptors[key] = d
         while len(_descriptors) > CACHE_SIZE:
@@ -72,10 +81,17 @@ def clear_cache() -> None:
         _descriptors.clear()
 
 
-def call(spec, args, out=None):
-    """Run ``spec`` on arrays/tensors/scalars. Scalars take the dtype of the array operands."""
+def _classic(spec) -> bool:
+    """One output first, then inputs only: the common case the fast path serves."""
+    ops = spec.operands
+    return ops[0].role == "out" and all(o.role == "in" and not o.optional for o in ops[1:])
+
+
+def call(spec, args, out=None, params=None):
+    """Run ``spec`` on arrays/tensors/scalars. Scalars take the dtype the matching signature
+    gives their position (the array operands decide it)."""
     # Fast path: NumPy arrays only, layouts seen before -> one dict lookup, no planning.
-    key = _numpy_key(spec, args, out)
+    key = _numpy_key(spec, args, out, params)
     if key is not None:
         hit = _cache.get(key)
         if hit is not None:
@@ -88,13 +104,15 @@ def call(spec, args, out=None):
                 out = empty_aligned(shape, npdt)
             desc.calculate(None, out, *args)
             return out
-    return _call_general(spec, args, out, key)
+    return _call_general(spec, args, out, params or {}, key)
 
 
-def _numpy_key(spec, args, out):
+def _numpy_key(spec, args, out, params):
     if out is not None and type(out) is not np.ndarray:
         return None
     key = [spec, None if out is None else (out.shape, out.strides, out.dtype)]
+    if params:
+        key.append(tuple(sorted(params.items())))
     for a in args:
         if type(a) is not np.ndarray:
             return None
@@ -102,76 +120,158 @@ def _numpy_key(spec, args, out):
     return tuple(key)
 
 
-def _call_general(spec, args, out, key):
-    if len(args) != spec.arity:
-        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {spec.arity} inputs "
-                          f"({', '.join(spec.inputs)}), got {len(args)}")
-    for k, a in enumerate(args):
-        if a is None:
-            raise InfiniError(Status.NULL_POINTER, f"operand '{spec.inputs[k]}' is None")
-    use_torch = any(_is_torch(a) for a in args) or _is_torch(out)
-    if out is not None and type(out) is not np.ndarray and not _is_torch(out):
-        if not isinstance(out, np.ndarray):
-            raise InfiniError(Status.BAD_PARAM, f"operand 'out': cannot use {type(out).__name__}")
-        _call_general(spec, args, out.view(np.ndarray), None)  # a subclass: memmap, ...
+def _scalar_array(spec, name: str, a, want: DType, use_torch: bool):
+    try:
+        v = np.asarray(a, dtype=want.numpy)
+    except (OverflowError, ValueError, TypeError) as e:  # 1000 as int8, nan as int
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': scalar {a!r} "
+                          f"does not fit {want}: {e}") from None
+    if not want.is_float and want is not DType.BOOL and v != a:  # 1.5 on an int array
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': scalar {a!r} "
+                          f"is not exactly representable as {want} (no type promotion)")
+    if use_torch:
+        import torch
+
+        v = torch.from_numpy(v.view(np.int16) if want is DType.BF16 else v)
+        if want is DType.BF16:
+            v = v.view(torch.bfloat16)
+    return v
+
+
+def _as_array(name: str, a):
+    """A NumPy array or torch tensor for an array-like operand (DLPack, array interface)."""
+    if type(a) is np.ndarray or _is_torch(a):
+        return a
+    if hasattr(a, "__dlpack__") or hasattr(a, "__array_interface__"):
+        from ..interop import inspect_buffer
+
+        info = inspect_buffer(a, name)  # an InfiniError for anything unreadable
+        if info.device != "cpu":
+            raise InfiniError(Status.BAD_PARAM, f"operand '{name}': buffer lives on {info.device}")
+        o = info.owner  # the ndarray (maybe a subclass) or torch tensor it was read through
+        return np.asarray(o) if isinstance(o, np.ndarray) else o
+    raise InfiniError(Status.BAD_PARAM, f"operand '{name}': cannot use {type(a).__name__}")
+
+
+def _is_scalar(a) -> bool:
+    return isinstance(a, bool | int | float | np.generic)
+
+
+def _call_general(spec, args, out, params, key):
+    if any(is_dask(a) for a in args) or any(is_dask(o) for o in
+                                            (out if isinstance(out, tuple | list) else (out,))):
+        return dask_elementwise(spec, args, out, params)  # a lazy graph (dask_arrays.py)
+    ops = spec.operands
+    arg_ops = [k for k, o in enumerate(ops) if o.role != "out"]
+    out_ops = [k for k, o in enumerate(ops) if o.role == "out"]
+    names = [ops[k].name for k in arg_ops]
+    if len(args) > len(arg_ops) or any(not ops[k].optional for k in arg_ops[len(args):]):
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(arg_ops)} operands "
+                          f"({', '.join(names)}), got {len(args)}")
+    args = list(args) + [None] * (len(arg_ops) - len(args))
+    for k, a in zip(arg_ops, args):
+        if a is None and not ops[k].optional:
+            raise InfiniError(Status.NULL_POINTER, f"operand '{ops[k].name}' is None")
+    outs = _out_list(spec, out, out_ops)
+    if any(o is not None and type(o) is not np.ndarray and isinstance(o, np.ndarray) for o in outs):
+        # a subclass (memmap...): compute into plain views of it, return what was given
+        views = [o.view(np.ndarray) if isinstance(o, np.ndarray) else o for o in outs]
+        _call_general(spec, args, views if len(views) > 1 else views[0], params, None)
         return out
-    arrays = [a for k, a in enumerate(args) if k not in spec.input_dtypes]
-    dtype = None
-    for a in arrays + ([out] if out is not None else []):
-        if isinstance(a, np.ndarray) or _is_torch(a):
-            dtype = as_dtype(a.dtype)
-            break
-    if dtype is None:
+    use_torch = any(_is_torch(a) for a in args) or any(_is_torch(o) for o in outs)
+    buffers: list = [None] * len(ops)
+    for k, a in zip(arg_ops, args):
+        if a is not None and not _is_scalar(a):
+            buffers[k] = _as_array(ops[k].name, a)
+    for k, o in zip(out_ops, outs):
+        if o is not None:
+            if type(o) is not np.ndarray and not _is_torch(o):
+                raise InfiniError(Status.BAD_PARAM,
+                                  f"operand '{ops[k].name}': cannot use {type(o).__name__}")
+            buffers[k] = o
+    known = tuple(None if b is None else as_dtype(b.dtype) for b in buffers)
+    if all(d is None for d in known):
         raise InfiniError(Status.BAD_PARAM, f"{spec.name}: at least one operand must be an array")
-    ins = []
-    for k, a in enumerate(args):
-        want = spec.input_dtype(k, dtype)
-        if type(a) is np.ndarray or _is_torch(a):
-            ins.append(a)
-        elif isinstance(a, bool | int | float | np.generic):
-            try:
-                v = np.asarray(a, dtype=want.numpy)
-            except (OverflowError, ValueError, TypeError) as e:  # 1000 as int8, nan as int
-                raise InfiniError(Status.BAD_PARAM, f"operand '{spec.inputs[k]}': scalar {a!r} "
-                                  f"does not fit {want}: {e}") from None
-            if not want.is_float and want is not DType.BOOL and v != a:  # 1.5 on an int array
-                raise InfiniError(Status.BAD_PARAM, f"operand '{spec.inputs[k]}': scalar {a!r} "
-                                  f"is not exactly representable as {want} (no type promotion)")
+    cands = spec.candidates(known)
+    if not cands:
+        spec.match(known)  # raises BAD_TENSOR_DTYPE with the accepted signatures
+    for k, a in zip(arg_ops, args):
+        if a is not None and _is_scalar(a):
+            if ops[k].writes:
+                raise InfiniError(Status.BAD_PARAM, f"operand '{ops[k].name}' is updated in "
+                                  "place: it must be an array, not a scalar")
+            buffers[k] = _scalar_array(spec, ops[k].name, a, _pick(spec, cands, k), use_torch)
+    fresh = [k for k in out_ops if buffers[k] is None]
+    if fresh:
+        shape = _result_shape(spec, buffers)
+        for k in fresh:
+            dt = _pick(spec, cands, k, output=True)
             if use_torch:
                 import torch
 
-                v = torch.from_numpy(v.view(np.int16) if want is DType.BF16 else v)
-                if want is DType.BF16:
-                    v = v.view(torch.bfloat16)
-            ins.append(v)
-        elif hasattr(a, "__dlpack__") or hasattr(a, "__array_interface__"):
-            from ..interop import inspect_buffer
+                from ..dtype import to_torch
 
-            info = inspect_buffer(a, spec.inputs[k])  # an InfiniError for anything unreadable
-            if info.device != "cpu":
-                raise InfiniError(Status.BAD_PARAM,
-                                  f"operand '{spec.inputs[k]}': buffer lives on {info.device}")
-            o = info.owner  # the ndarray (maybe a subclass) or torch tensor it was read through
-            ins.append(np.asarray(o) if isinstance(o, np.ndarray) else o)
+                buffers[k] = torch.empty(shape, dtype=to_torch(dt))
+            else:
+                buffers[k] = empty_aligned(shape, dt.numpy)
+    desc = _descriptor(spec, buffers, params)
+    desc.calculate(None, *buffers)
+    if key is not None and _classic(spec) and all(type(b) is np.ndarray for b in buffers):
+        k0 = out_ops[0]
+        _remember(key, (desc, buffers[k0].shape, buffers[k0].dtype))
+    results = [buffers[k] for k, o in enumerate(ops) if o.writes]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _out_list(spec, out, out_ops) -> list:
+    if not out_ops:
+        if out is not None:
+            raise InfiniError(Status.BAD_PARAM, f"{spec.name} updates its operands in place; "
+                              "it takes no out=")
+        return []
+    if len(out_ops) == 1:
+        if isinstance(out, tuple | list):
+            if len(out) != 1:
+                raise InfiniError(Status.BAD_PARAM, f"{spec.name} has 1 output, got {len(out)}")
+            out = out[0]
+        return [out]
+    if out is None:
+        return [None] * len(out_ops)
+    if not isinstance(out, tuple | list) or len(out) != len(out_ops):
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name} has {len(out_ops)} outputs "
+                          f"({', '.join(spec.operands[k].name for k in out_ops)}): out= must be a "
+                          "tuple of that many arrays (or None)")
+    return list(out)
+
+
+def _pick(spec, cands, k: int, output: bool = False) -> DType:
+    """The dtype at operand k that every remaining signature agrees on."""
+    dts = sorted({s.dtypes[k] for s in cands})
+    if len(dts) == 1:
+        return dts[0]
+    name = spec.operands[k].name
+    choices = ", ".join(d.short_name for d in dts)
+    how = "pass out= (an array of the dtype you want)" if output else "pass an array"
+    raise InfiniError(Status.BAD_PARAM, f"{spec.name}: the dtype of '{name}' is ambiguous "
+                      f"({choices}); {how}")
+
+
+def _result_shape(spec, buffers) -> tuple[int, ...]:
+    """The iteration shape: an in-place operand's shape, else the inputs' views broadcast."""
+    shapes, names = [], []
+    for o, b in zip(spec.operands, buffers):
+        if b is None or not o.reads:
+            continue
+        if o.writes:
+            return tuple(b.shape)
+        if o.views is None:
+            shapes.append(tuple(b.shape))
         else:
-            raise InfiniError(Status.BAD_PARAM,
-                              f"operand '{spec.inputs[k]}': cannot use {type(a).__name__}")
-    shape = broadcast_shape([tuple(a.shape) for a in ins], list(spec.inputs))
-    fresh = out is None
-    if fresh:
-        if use_torch:
-            import torch
-
-            from ..dtype import to_torch
-
-            out = torch.empty(shape, dtype=to_torch(dtype))
-        else:
-            out = empty_aligned(shape, dtype.numpy)
-    desc = _descriptor(spec, out, tuple(ins))
-    desc.calculate(None, out, *ins)
-    if key is not None and all(type(a) is np.ndarray for a in ins):
-        _remember(key, (desc, shape, dtype.numpy))
-    return out
+            d = TensorDescriptor(as_dtype(b.dtype), tuple(b.shape),
+                                 None if type(b) is np.ndarray else tuple(b.stride()))
+            shapes += [v.shape for v, _ in o.view(d)]
+        names.append(o.name)
+    return broadcast_shape(shapes, names)
 
 
 def _remember(key, value) -> None:

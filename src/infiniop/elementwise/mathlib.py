@@ -906,3 +906,11 @@ def _erfinv_f64(m, x):
     y = y0 - r / (d + y0 * r)                               # Halley: erf'' = -2 y erf'
     y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), _c(m, float("inf"), x), float("nan")))
     return _copysign(m, m.where(m.isnan(x), x, y), x)
+
+
+# ---------------------------------------------------------------------------- the m namespace
+
+# m.<name> looks here first (expr.Math); the rest falls back to the backend's libm.
+FUNCTIONS: dict = {f.__name__: f for f in (
+    exp, exp2, expm1, log, log2, log10, log1p, atanh, tanh, sigmoid, silu, swiglu, quickgelu,
+    gelu, gelu_tanh, hardswish, reciprocal, softplus, erf, erfc, erfinv)}

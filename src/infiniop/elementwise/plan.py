@@ -7,84 +7,114 @@ from dataclasses import dataclass
 from ..layout import Layout, broadcast_shape, broadcast_strides, check_writable_layout, normalize
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
-from .spec import ElementwiseSpec
+from .spec import ElementwiseSpec, Program
+
+
+@dataclass(frozen=True)
+class OverlapCheck:
+    """At calculate: written operand ``w`` against operand ``k`` (user order), as laid out in
+    ``descs``; exact aliasing is allowed only when ``aliasable`` (in-place on an input)."""
+
+    w: int
+    k: int
+    descs: tuple[TensorDescriptor, TensorDescriptor]
+    aliasable: bool
 
 
 @dataclass(frozen=True)
 class ElementwiseInfo:
     """The validated, normalised plan of one elementwise call.
 
-    ``descs`` are the operands' own descriptors (output first) for the buffer checks;
-    ``layout`` is the normalised iteration space; ``kind`` is 'flat' (one dense loop, inputs
-    dense or scalar) or 'strided'; ``pattern`` says per operand how its innermost dim moves:
-    '1' unit stride, '0' broadcast, 'g' any other stride; ``aliasable[k]`` is True when input k
-    may share the output's memory exactly (same strides once broadcast), i.e. in-place.
+    ``descs`` are the operands' own descriptors in the operator's (C) order, None for an absent
+    optional one; ``program`` is the traced kernel for the matched signature; ``slot_offsets``
+    is each kernel slot's element offset from its operand's element 0 (its view's start plus the
+    normalised origin); ``layout`` the normalised iteration space over the slots; ``kind`` is
+    'flat' (one dense loop, inputs dense or scalar), 'strided' or 'tiled' (an input transposed
+    against the output: 2-D tiles); ``pattern`` says per slot how its innermost dim moves: '1'
+    unit stride, '0' broadcast, 'g' any other stride.
     """
 
     spec: ElementwiseSpec
-    descs: tuple[TensorDescriptor, ...]
+    program: Program
+    descs: tuple[TensorDescriptor | None, ...]
+    params: tuple
+    shape: tuple[int, ...]
     layout: Layout
+    slot_offsets: tuple[int, ...]
     kind: str
     pattern: str
-    aliasable: tuple[bool, ...]
+    checks: tuple[OverlapCheck, ...]
 
     @property
     def dtype(self):
-        return self.descs[0].dtype
+        return self.program.slots[0].dtype
 
     @property
     def numel(self) -> int:
-        return self.descs[0].numel
+        n = 1
+        for e in self.shape:
+            n *= e
+        return n
 
 
-def plan(spec: ElementwiseSpec, out: TensorDescriptor, ins: tuple[TensorDescriptor, ...]) -> ElementwiseInfo:
-    names = ("out",) + spec.inputs
-    if len(ins) != spec.arity:
-        raise InfiniError(Status.BAD_PARAM,
-                          f"{spec.name} takes {spec.arity} inputs ({', '.join(spec.inputs)}), "
-                          f"got {len(ins)}")
-    dt = out.dtype
-    if dt not in spec.dtypes:
-        allowed = ", ".join(sorted(d.short_name for d in spec.dtypes))
-        raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                          f"{spec.name}: output dtype {dt} is not supported (supported: {allowed})")
-    for k, d in enumerate(ins):
-        want = spec.input_dtype(k, dt)
-        if d.dtype is not want:
-            raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                              f"operand '{names[k + 1]}': dtype {d.dtype}, expected {want}")
-    for k, d in enumerate(ins):  # first a precise message: which operand does not fit
-        broadcast_strides(d, out.shape, names[k + 1])
-    expected = broadcast_shape([d.shape for d in ins], list(names[1:]))
-    if expected != out.shape:
-        raise InfiniError(Status.BAD_TENSOR_SHAPE,
-                          f"operand 'out': shape {out.shape}, but the inputs broadcast to {expected}")
-    check_writable_layout(out, "out")
-    aligned = [out.strides] + [broadcast_strides(d, out.shape, names[k + 1]) for k, d in enumerate(ins)]
-    lay = normalize(out.shape, aligned)
-    inner = [s[-1] for s in lay.strides]
-    pattern = "".join("1" if s == 1 else "0" if s == 0 else "g" for s in inner)
-    flat = lay.ndim == 1 and pattern[0] == "1" and "g" not in pattern
+def plan(spec: ElementwiseSpec, descs: tuple, params: dict) -> ElementwiseInfo:
+    ops = spec.operands
+    names = [o.name for o in ops]
+    present = tuple(d is not None for d in descs)
+    sig = spec.match(tuple(d.dtype if d is not None else None for d in descs))
+    values = spec.param_values(params)
+    program = spec.program(sig, present)
+    written = [k for k, o in enumerate(ops) if o.writes]
+    shape = descs[written[0]].shape
+    for k in written:
+        if descs[k].shape != shape:
+            raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{names[k]}': shape "
+                              f"{descs[k].shape}, but '{names[written[0]]}' has {shape}")
+        check_writable_layout(descs[k], names[k])
+    views = {k: ops[k].view(d) for k, d in enumerate(descs) if d is not None}
+    read = [(k, v) for k, o in enumerate(ops) if o.reads and present[k] for v in views[k]]
+    for k, (vd, _) in read:  # first a precise message: which operand does not fit
+        broadcast_strides(vd, shape, names[k])
+    expected = broadcast_shape([vd.shape for _, (vd, _) in read], [names[k] for k, _ in read])
+    if read and expected != shape:
+        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{names[written[0]]}': shape "
+                          f"{shape}, but the inputs broadcast to {expected}")
+    slot_views = [views[s.operand][s.view] for s in program.slots]
+    aligned = [broadcast_strides(vd, shape, names[s.operand])
+               for s, (vd, _) in zip(program.slots, slot_views)]
+    lay = normalize(shape, aligned)
+    pattern = "".join("1" if s == 1 else "0" if s == 0 else "g" for s in (st[-1] for st in lay.strides))
+    nw = len(written)
+    flat = lay.ndim == 1 and "g" not in pattern and "0" not in pattern[:nw]
     kind = "flat" if flat else "strided"
-    t = None if flat else _transposed_dim(lay)
+    t = None if flat else _transposed_dim(lay, nw)
     if t is not None:  # walk 2-D tiles over (t, innermost) so the transposed operand reuses lines
         order = [d for d in range(lay.ndim - 1) if d != t] + [t, lay.ndim - 1]
         lay = Layout(tuple(lay.shape[d] for d in order),
                      tuple(tuple(st[d] for d in order) for st in lay.strides), lay.offsets)
         kind = "tiled"
-    aliasable = tuple(
-        all(a == b or n == 1 for a, b, n in zip(aligned[0], aligned[k + 1], out.shape))
-        and ins[k].dtype.itemsize == dt.itemsize
-        for k in range(len(ins))
-    )
-    return ElementwiseInfo(spec, (out,) + tuple(ins), lay, kind, pattern, aliasable)
+    offsets = tuple(o + off for o, (_, off) in zip(lay.offsets, slot_views))
+    checks = []
+    for w in written:
+        for k, d in enumerate(descs):
+            if k == w or d is None or (ops[k].writes and k < w):
+                continue
+            single = ops[k].nviews == 1
+            kd = TensorDescriptor(d.dtype, shape, broadcast_strides(d, shape, names[k])) \
+                if single and ops[k].reads else d
+            aliasable = (ops[k].role == "in" and single and d.dtype.itemsize == descs[w].dtype.itemsize
+                         and all(a == b or n == 1 for a, b, n in
+                                 zip(descs[w].strides, kd.strides, shape)))
+            checks.append(OverlapCheck(w, k, (descs[w], kd), aliasable))
+    return ElementwiseInfo(spec, program, tuple(descs), values, shape, lay, offsets, kind,
+                           pattern, tuple(checks))
 
 
-def _transposed_dim(lay: Layout) -> int | None:
-    """The outer dim along which some operand is densest, if that operand's innermost stride is
+def _transposed_dim(lay: Layout, nwritten: int) -> int | None:
+    """The outer dim along which some input is densest, if that input's innermost stride is
     larger (a transposed read): tiling over that dim and the innermost one keeps its lines."""
     last = lay.ndim - 1
-    for st in lay.strides[1:]:
+    for st in lay.strides[nwritten:]:
         cands = [(abs(st[d]), d) for d in range(lay.ndim) if st[d] != 0 and lay.shape[d] > 1]
         if not cands:
             continue

@@ -1,80 +1,436 @@
-"""What an elementwise operator is: a name, its inputs, the dtypes it accepts, one expression."""
+"""What an elementwise operator is: operands, type signatures, scalar parameters, one expression.
+
+An operator lists its operands in the C API's order, each an input, an output, or both
+(BLAS-style in-place updates); the accepted dtypes as ufunc-style signatures; its scalar
+parameters (fixed at create, passed to the kernel at run time); and a function
+``fn(m, *inputs, **params)`` returning one value per output. The function is traced once per
+signature into a :class:`Program`, the backend-independent description of the kernel.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import inspect
+import math
+import threading
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+import numpy as np
 
 from ..dtype import DType
-from .expr import Expr, render, trace
+from ..status import InfiniError, Status
+from ..tensor import TensorDescriptor
+from . import signature as sigs
+from .expr import Expr, const, fingerprint, trace
 
 FLOATS = frozenset({DType.F16, DType.BF16, DType.F32, DType.F64})
 SIGNED = frozenset({DType.I8, DType.I16, DType.I32, DType.I64})
 UNSIGNED = frozenset({DType.U8, DType.U16, DType.U32, DType.U64})
 INTEGERS = SIGNED | UNSIGNED
 NUMERIC = FLOATS | INTEGERS
+HALF_AND_SINGLE = frozenset({DType.F16, DType.BF16, DType.F32})
 
 REGISTRY: dict[str, ElementwiseSpec] = {}
 
 
-@dataclass(frozen=True, eq=False)
-class ElementwiseSpec:
-    """One elementwise operator. ``fn(m, *inputs)`` is traced once into ``expr``.
+# --------------------------------------------------------------------------------- operands
 
-    ``input_dtypes`` pins some inputs to a fixed dtype (e.g. ``where``'s condition is BOOL);
-    every other input must have the output's dtype.
-    """
+def split_last(desc: TensorDescriptor, parts: int, name: str) -> list[tuple[TensorDescriptor, int]]:
+    """``parts`` equal views along the last dim: [..., parts*d] -> parts x [..., d] (offsets in
+    elements). silu_and_mul's ``input`` is one operand seen as two."""
+    if desc.ndim == 0 or desc.shape[-1] % parts:
+        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{name}': last dim of shape "
+                          f"{desc.shape} must be a multiple of {parts}")
+    d = desc.shape[-1] // parts
+    view = TensorDescriptor(desc.dtype, desc.shape[:-1] + (d,), desc.strides)
+    return [(view, k * d * (desc.strides[-1] if desc.ndim else 0)) for k in range(parts)]
+
+
+def entries(desc: TensorDescriptor, count: int, name: str) -> list[tuple[TensorDescriptor, int]]:
+    """The first ``count`` entries of a vector, each a 0-d view (rotm's 5-element ``param``)."""
+    if desc.ndim != 1 or desc.shape[0] != count:
+        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{name}': shape {desc.shape}, "
+                          f"expected ({count},)")
+    return [(TensorDescriptor(desc.dtype, ()), k * desc.strides[0]) for k in range(count)]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor of the C call. ``role``: 'in', 'out' or 'inout'; ``optional``: may be None;
+    ``views``: (function, count) when the tensor is read as ``count`` views (see split_last)."""
 
     name: str
-    inputs: tuple[str, ...]
-    dtypes: frozenset[DType]
+    role: str = "in"
+    optional: bool = False
+    views: tuple[Callable, int] | None = None
+
+    @property
+    def reads(self) -> bool:
+        return self.role in ("in", "inout")
+
+    @property
+    def writes(self) -> bool:
+        return self.role in ("out", "inout")
+
+    @property
+    def nviews(self) -> int:
+        return 1 if self.views is None else self.views[1]
+
+    def view(self, desc: TensorDescriptor) -> list[tuple[TensorDescriptor, int]]:
+        if self.views is None:
+            return [(desc, 0)]
+        fn, count = self.views
+        return fn(desc, count, self.name)
+
+
+def parse_operands(spec_text: str) -> tuple[Operand, ...]:
+    """Operands from a compact string: ``"y:inout, alpha, x"``; ``?`` marks optional ones."""
+    out = []
+    for item in spec_text.split(","):
+        name, _, role = item.strip().partition(":")
+        opt = name.endswith("?")
+        out.append(Operand(name.rstrip("?"), role or "in", opt))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------- parameters
+
+_PARAM_TYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar fixed at create (a C ``float`` is 'f32'). ``check(value)`` returns an error
+    message for values the operator cannot use, or None."""
+
+    name: str
+    dtype: str = "f32"
+    default: float | int | None = None
+    check: Callable | None = None
+
+    def convert(self, op: str, value):
+        where = f"{op}: parameter '{self.name}'"
+        if value is None:
+            raise InfiniError(Status.BAD_PARAM, f"{where} is required")
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise InfiniError(Status.BAD_PARAM, f"{where} must be a real number, got {value!r}")
+        if self.dtype == "i64":
+            if not float(value).is_integer() or not -(2**63) <= int(value) < 2**63:
+                raise InfiniError(Status.BAD_PARAM, f"{where} must be an int64, got {value!r}")
+            v = np.int64(int(value))
+        else:
+            v = _PARAM_TYPES[self.dtype](value)
+            if math.isfinite(float(value)) and not math.isfinite(float(v)):
+                raise InfiniError(Status.BAD_PARAM,
+                                  f"{where} = {value!r} overflows {self.dtype}")
+        if self.check is not None:
+            msg = self.check(v)
+            if msg:
+                raise InfiniError(Status.BAD_PARAM, f"{where} = {value!r}: {msg}")
+        return v
+
+
+# ---------------------------------------------------------------------------------- program
+
+@dataclass(frozen=True)
+class Slot:
+    """One kernel pointer: a view of user operand ``operand`` (view ``view``), its dtype,
+    which expression input it feeds (``load``) and which result it stores (``store``)."""
+
+    operand: int
+    view: int
+    dtype: DType
+    load: int | None
+    store: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A traced operator for one signature: what a backend compiles, whatever the layout.
+
+    ``slots`` are in kernel order: the written operands first (slot 0 decides the iteration
+    order), then the views of the read-only ones. ``results[j]`` is stored to the slot whose
+    ``store == j``; expression input k is loaded from the slot whose ``load == k``."""
+
+    name: str
+    slots: tuple[Slot, ...]
+    results: tuple[Expr, ...]
+    params: tuple[str, ...]
+    key: str
+
+    @property
+    def dtypes(self) -> list[DType]:
+        return [s.dtype for s in self.slots]
+
+
+# ------------------------------------------------------------------------------------ spec
+
+@dataclass(frozen=True, eq=False)
+class ElementwiseSpec:
+    """One elementwise operator (see the module docstring)."""
+
+    name: str
+    operands: tuple[Operand, ...]
+    patterns: tuple[sigs.Pattern, ...]
+    tvars: frozenset[DType]
     fn: Callable
-    input_dtypes: dict[int, DType] = field(default_factory=dict)
+    params: tuple[Param, ...] = ()
     doc: str = ""
-    expr: Expr = field(init=False)
-    key: str = field(init=False)
+    example: str = ""
+    validate: Callable | None = None  # validate({name: value}) -> message for bad combinations
+    signatures: tuple[sigs.Signature, ...] = field(init=False)
 
     def __post_init__(self):
-        e = trace(self.fn, len(self.inputs))
-        object.__setattr__(self, "expr", e)
-        text = render(e, lambda n: f"{n.op}{n.args}", lambda op, a: f"{op}({','.join(a)})")
-        pinned = sorted((i, int(d)) for i, d in self.input_dtypes.items())
-        digest = hashlib.sha1(f"{text}|{pinned}".encode()).hexdigest()[:12]
-        object.__setattr__(self, "key", f"{self.name}_{digest}")
+        roles = tuple(o.role for o in self.operands)
+        object.__setattr__(self, "signatures", sigs.expand(list(self.patterns), roles, self.tvars))
+        object.__setattr__(self, "_programs", {})
+        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_key", None)
+
+    @property
+    def key(self) -> str:
+        """Name + a digest of the traced bodies of every signature (what the kernels do);
+        computed on first use (tracing every signature at import would slow the import)."""
+        if self._key is None:
+            h = hashlib.sha1()
+            for s in self.signatures:
+                h.update(self.program(s).key.encode())
+            object.__setattr__(self, "_key", f"{self.name}_{h.hexdigest()[:12]}")
+        return self._key
+
+    # -- names ---------------------------------------------------------------------------------
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Names of the operands the expression reads (inputs and in-place operands)."""
+        return tuple(o.name for o in self.operands if o.reads)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Names of the operands written (outputs and in-place operands)."""
+        return tuple(o.name for o in self.operands if o.writes)
 
     @property
     def arity(self) -> int:
         return len(self.inputs)
 
-    def input_dtype(self, index: int, out: DType) -> DType:
-        return self.input_dtypes.get(index, out)
+    @property
+    def dtypes(self) -> frozenset[DType]:
+        """The dtypes of the first written operand over every signature."""
+        j = next(k for k, o in enumerate(self.operands) if o.writes)
+        return frozenset(s.dtypes[j] for s in self.signatures)
 
-    def create_descriptor(self, handle, out_desc, *in_descs):
+    def input_dtype(self, index: int, out: DType) -> DType:
+        """Input ``index``'s dtype in the signature whose first output is ``out`` (the classic
+        same-type operators: the output's dtype, or the pinned one, e.g. where's BOOL)."""
+        j = next(k for k, o in enumerate(self.operands) if o.writes)
+        ins = [k for k, o in enumerate(self.operands) if o.reads]
+        for s in self.signatures:
+            if s.dtypes[j] is out:
+                return s.dtypes[ins[index]]
+        return out
+
+    def describe_signatures(self) -> str:
+        return sigs.describe(list(self.patterns), self.tvars)
+
+    # -- signatures ------------------------------------------------------------------------------
+    def match(self, dtypes: tuple[DType | None, ...]) -> sigs.Signature:
+        """The signature of these operand dtypes (None: an absent optional operand), or
+        BAD_TENSOR_DTYPE naming the accepted ones."""
+        for s in self.signatures:
+            if all(d is None or d is t for d, t in zip(dtypes, s.dtypes)):
+                return s
+        # name the first operand (C order) that no signature agreeing with the ones before allows
+        cands = list(self.signatures)
+        for k, (o, d) in enumerate(zip(self.operands, dtypes)):
+            if d is None:
+                continue
+            left = [s for s in cands if s.dtypes[k] is d]
+            if not left:
+                allowed = ", ".join(x.short_name for x in sorted({s.dtypes[k] for s in cands}))
+                raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                                  f"{self.name}: operand '{o.name}' has dtype {d}, expected "
+                                  f"{allowed} here (accepted: {self.describe_signatures()})")
+            cands = left
+        raise AssertionError("unreachable: some operand must mismatch")
+
+    def candidates(self, dtypes: tuple[DType | None, ...]) -> list[sigs.Signature]:
+        return [s for s in self.signatures
+                if all(d is None or d is t for d, t in zip(dtypes, s.dtypes))]
+
+    # -- tracing ---------------------------------------------------------------------------------
+    def program(self, sig: sigs.Signature, present: tuple[bool, ...] | None = None) -> Program:
+        """The traced kernel program for a signature (and which optional operands are given)."""
+        present = present or tuple(True for _ in self.operands)
+        cache_key = (sig, present)
+        prog = self._programs.get(cache_key)
+        if prog is None:
+            with self._lock:
+                prog = self._programs.get(cache_key) or self._trace(sig, present)
+                self._programs[cache_key] = prog
+        return prog
+
+    def _trace(self, sig: sigs.Signature, present: tuple[bool, ...]) -> Program:
+        in_types: list[str | None] = []
+        loads: dict[tuple[int, int], int] = {}
+        for k, o in enumerate(self.operands):
+            if not o.reads:
+                continue
+            for v in range(o.nviews):
+                if present[k]:
+                    loads[(k, v)] = len(in_types)
+                    in_types.append(sigs.COMPUTE[sig.dtypes[k]])
+                else:
+                    in_types.append(None)
+        param_types = [p.dtype for p in self.params]
+        try:
+            results = trace(self.fn, in_types, param_types, tuple(p.name for p in self.params))
+        except TypeError as e:
+            raise TypeError(f"{self.name}: {e}") from e
+        written = [k for k, o in enumerate(self.operands) if o.writes]
+        if len(results) != len(written):
+            raise TypeError(f"{self.name}: the expression returns {len(results)} values for "
+                            f"{len(written)} outputs ({', '.join(self.outputs)})")
+        slots = []
+        for j, k in enumerate(written):
+            slots.append(Slot(k, 0, sig.dtypes[k], loads.get((k, 0)), j))
+        for k, o in enumerate(self.operands):
+            if o.role == "in" and present[k]:
+                for v in range(o.nviews):
+                    slots.append(Slot(k, v, sig.dtypes[k], loads[(k, v)], None))
+        results = tuple(_typed_result(r, sigs.COMPUTE[sig.dtypes[k]])
+                        for r, k in zip(results, written))
+        text = fingerprint(results) + "|" + ",".join(
+            f"{s.dtype.name}:{s.load}:{s.store}" for s in slots)
+        key = hashlib.sha1(text.encode()).hexdigest()[:16]
+        return Program(self.name, tuple(slots), results, tuple(param_types), key)
+
+    # -- parameters --------------------------------------------------------------------------------
+    def param_values(self, given: dict) -> tuple:
+        """Validated parameter values (defaults filled in), in declaration order."""
+        unknown = set(given) - {p.name for p in self.params}
+        if unknown:
+            known = ", ".join(p.name for p in self.params) or "none"
+            raise InfiniError(Status.BAD_PARAM, f"{self.name}: unknown parameter(s) "
+                              f"{', '.join(sorted(unknown))}; it takes: {known}")
+        values = tuple(p.convert(self.name, given.get(p.name, p.default)) for p in self.params)
+        if self.validate is not None:
+            msg = self.validate({p.name: v for p, v in zip(self.params, values)})
+            if msg:
+                raise InfiniError(Status.BAD_PARAM, f"{self.name}: {msg}")
+        return values
+
+    # -- entry points --------------------------------------------------------------------------------
+    def create_descriptor(self, handle, *descs, **params):
         """Validate and plan a call; see :class:`ElementwiseDescriptor`."""
         from .descriptor import ElementwiseDescriptor
 
-        return ElementwiseDescriptor(handle, self, out_desc, in_descs)
+        return ElementwiseDescriptor(handle, self, descs, params)
 
-    def __call__(self, *arrays, out=None):
+    def __call__(self, *arrays, out=None, **params):
         """Functional form on arrays: broadcasts like NumPy, returns the input's array kind."""
-        return _functional_call(self, arrays, out)
+        return _functional_call(self, arrays, out, params)
 
     def __repr__(self) -> str:
-        return f"<elementwise operator {self.name}({', '.join(self.inputs)})>"
+        return f"<elementwise operator {self.name}({', '.join(o.name for o in self.operands)})>"
+
+    def __reduce__(self):
+        """Registered operators pickle by name; others as their definition, so a user's operator
+        reaches other processes (Dask workers): ``fn`` travels by value with cloudpickle (a
+        lambda) or by reference with pickle (a module-level function); the receiver traces it
+        again."""
+        if REGISTRY.get(self.name) is self:
+            return (_registered, (self.name,))
+        init = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        return _unpickle, (init, self.key)
 
 
-def _functional_call(spec, arrays, out):
+def call_signature(ops, params) -> inspect.Signature:
+    """The functional form's signature (what help() and IDEs show)."""
+    P = inspect.Parameter
+    ps = [P(o.name, P.POSITIONAL_OR_KEYWORD, default=None if o.optional else P.empty)
+          for o in ops if o.reads]
+    if any(o.role == "out" for o in ops):
+        ps.append(P("out", P.KEYWORD_ONLY, default=None))
+    ps += [P(p.name, P.KEYWORD_ONLY, default=p.default) for p in params]
+    return inspect.Signature(ps)
+
+
+def help_text(name, ops, patterns, tvars, params, doc, example) -> str:
+    """The operator's own help: call forms, signatures, parameters, what it computes."""
+    outs = [o.name for o in ops if o.role == "out"]
+    names = ", ".join(o.name for o in ops)
+    returns = ", ".join(o.name for o in ops if o.writes)
+    lines = [doc or f"The {name} operator.", "",
+             f"Returns {returns}" + (" (allocated unless given as out=)." if outs else "."),
+             f"Descriptor API: create_{name}_descriptor(handle, {names}"
+             + "".join(f", {p.name}=..." for p in params) + ")",
+             f"                desc.calculate(workspace, {names}, stream=None)",
+             f"Signatures (inputs -> outputs): {sigs.describe(list(patterns), tvars)}"]
+    inout = [o.name for o in ops if o.role == "inout"]
+    if inout:
+        lines.append(f"Updated in place: {', '.join(inout)}.")
+    optional = [o.name for o in ops if o.optional]
+    if optional:
+        lines.append(f"Optional (may be None): {', '.join(optional)}.")
+    if params:
+        lines.append("Parameters (fixed at create): " + ", ".join(
+            f"{p.name} ({p.dtype}, default {p.default!r})" for p in params))
+    lines.append("fp16/bf16 are computed in float32 and rounded once to nearest even.")
+    if example:
+        lines += ["", "Example:", "", example]
+    return "\n".join(lines)
+
+
+def _registered(name: str) -> ElementwiseSpec:
+    from .. import ops  # noqa: F401  (registers the built-in operators)
+
+    return REGISTRY[name]
+
+
+_UNPICKLED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _unpickle(init: dict, key: str) -> ElementwiseSpec:
+    """One operator object per process for one definition (the first copy unpickled), so
+    per-operator caches keep hitting."""
+    known = _UNPICKLED.get(key)
+    if known is not None and all(getattr(known, k) == v for k, v in init.items() if k != "fn"):
+        return known
+    spec = _make(**init)
+    _UNPICKLED[key] = spec
+    return spec
+
+
+def _typed_result(r: Expr, compute: str) -> Expr:
+    """A constant result (ones, zeros) takes the output's compute type."""
+    if r.op == "const" and r.dtype != compute:
+        return const(r.args[0], compute)
+    return r
+
+
+def _functional_call(spec, arrays, out, params):
     global _functional_call
     from .functional import call
 
     _functional_call = call  # bind once: the functional path is called in hot loops
-    return call(spec, arrays, out)
+    return call(spec, arrays, out, params)
 
 
-def elementwise(name: str, inputs: tuple[str, ...] | list[str], dtypes, expr: Callable, *,
-                input_dtypes: dict[int, DType] | None = None, doc: str = "",
-                register: bool = True) -> ElementwiseSpec:
+def _make(name, operands, patterns, tvars, fn, params=(), doc="", example="", validate=None):
+    """The operator, as an instance of a class of its own so that help(infiniop.<op>) shows the
+    operator's help."""
+    cls = type(name, (ElementwiseSpec,), {
+        "__doc__": help_text(name, operands, patterns, tvars, params, doc, example),
+        "__signature__": call_signature(operands, params), "__module__": "infiniop"})
+    return cls(name, operands, patterns, tvars, fn, params, doc, example, validate)
+
+
+def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None = None, *,
+                outputs=("out",), input_dtypes: dict[int, DType] | None = None,
+                signatures=None, params=(), operands=None, validate=None, doc: str = "",
+                example: str = "", register: bool = True) -> ElementwiseSpec:
     """Define an elementwise operator from a scalar expression.
 
     >>> import numpy as np, infiniop
@@ -83,12 +439,36 @@ def elementwise(name: str, inputs: tuple[str, ...] | list[str], dtypes, expr: Ca
     >>> axpy(np.ones(3, np.float32), np.arange(3, dtype=np.float32))
     array([2., 3., 4.], dtype=float32)
 
-    ``m`` offers ``minimum``/``maximum`` (NaN-propagating), ``where``, ``abs``, ``exp``, ``log``,
-    ``sqrt``, ``sin``, ``cos``, ``tanh``, ``floor``, ``ceil``, ``isnan``, ``eq``, ``ne``. Integer
-    arithmetic wraps like NumPy; fp16/bf16 are computed in float32 and rounded once.
+    ``inputs``/``outputs`` name the operands (C order: outputs first, then inputs), or
+    ``operands`` gives them in any order with roles (``"x:inout, alpha"``, or
+    :class:`Operand` objects). ``dtypes`` is the set ``T`` ranges over; ``signatures`` are
+    ufunc-style type lists (``"T, T -> bool"``); without them every operand has the output's
+    dtype, except inputs pinned by ``input_dtypes`` (``{0: DType.BOOL}``). ``params`` are
+    scalar parameters (:class:`Param`, or names of float32 ones), passed to ``expr`` as keyword
+    arguments. ``m`` offers NaN-propagating ``minimum``/``maximum``, ``where``, ``fma``, ``abs``,
+    ``sqrt``, ``floor``, ``ceil``, ``trunc``, ``rint``, ``isnan``, ``cast``, ``bitcast`` and the
+    math functions of mathlib.py. Integer arithmetic wraps like NumPy; fp16/bf16 are computed in
+    float32 and rounded once.
     """
-    spec = ElementwiseSpec(name, tuple(inputs), frozenset(dtypes), expr,
-                           dict(input_dtypes or {}), doc)
+    if expr is None:
+        raise TypeError("elementwise() needs an expression")
+    if operands is None:
+        ops = tuple(Operand(n, "out") for n in outputs) + tuple(Operand(n) for n in inputs)
+    elif isinstance(operands, str):
+        ops = parse_operands(operands)
+    else:
+        ops = tuple(operands)
+    params = tuple(p if isinstance(p, Param) else Param(p) for p in params)
+    if signatures is None:
+        n_in = sum(o.reads for o in ops)
+        n_out = sum(o.writes for o in ops)
+        pins = dict(input_dtypes or {})
+        ins = ", ".join(sigs.code(pins[k]) if k in pins else "T" for k in range(n_in))
+        signatures = [f"{ins} -> {', '.join(['T'] * n_out)}"]
+    elif isinstance(signatures, str):
+        signatures = [signatures]
+    patterns = tuple(sigs.parse(s) for s in signatures)
+    spec = _make(name, ops, patterns, frozenset(dtypes), expr, params, doc, example, validate)
     if register:
         REGISTRY[name] = spec
     return spec

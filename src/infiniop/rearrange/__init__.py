@@ -11,10 +11,13 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..dask_arrays import copy_ as copy_dask
+from ..dask_arrays import is_dask
 from ..interop import inspect_buffer
 from ..layout import broadcast_strides
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
+from . import descriptor as _descriptor
 from .descriptor import RearrangeDescriptor, create_rearrange_descriptor
 from .meta import RearrangeMeta, plan
 from .pattern import parse, rearrange
@@ -30,7 +33,7 @@ _CACHE_SIZE = 256
 def _descriptor_for(dst_desc: TensorDescriptor, src_desc: TensorDescriptor) -> RearrangeDescriptor:
     global _HANDLE
     if _HANDLE is None:
-        from ..device import create_handle
+        from ..handle import create_handle
 
         _HANDLE = create_handle("cpu")
     return RearrangeDescriptor(_HANDLE, dst_desc, src_desc)
@@ -48,8 +51,12 @@ def copy_(dst, src):
     if type(dst) is np.ndarray and type(src) is np.ndarray:  # fast path: no interop objects
         desc = _COPIES.get((dst.dtype, dst.shape, dst.strides, src.dtype, src.shape, src.strides))
         if desc is not None:
-            desc.calculate(dst, src)
+            # a broadcast src is not laid out as its descriptor (that has dst's shape): its
+            # layout is the cache key's, so its memory holds what the descriptor reaches
+            desc.calculate(dst, src if src.shape == dst.shape else _descriptor._address(src))
             return dst
+    if is_dask(dst) or is_dask(src):  # dask_arrays.py
+        return copy_dask(dst, src)
     for obj, name in ((dst, "dst"), (src, "src")):
         if obj is None:
             raise InfiniError(Status.NULL_POINTER, f"operand '{name}': array is None")

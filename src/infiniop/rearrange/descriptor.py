@@ -6,7 +6,7 @@ import importlib
 
 import numpy as np
 
-from ..descriptor import OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..layout import check_writable_layout, overlap
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
@@ -95,12 +95,13 @@ class RearrangeDescriptor(OperatorDescriptor):
     def src_desc(self) -> TensorDescriptor:
         return self._src
 
-    def calculate(self, dst, src, stream=None) -> None:
-        """Copy ``src`` into ``dst`` (arrays, tensors, DLPack objects or raw int addresses)."""
+    def calculate(self, dst=MISSING, src=MISSING, *extra, stream=None) -> None:
+        """Copy ``src`` into ``dst`` (arrays, tensors, DLPack objects or raw int addresses).
+        No workspace argument (as in the C API); ``stream`` is keyword-only."""
         if not self._alive:
             self._check_alive()
         npdt = self._npdt
-        if (type(dst) is np.ndarray and type(src) is np.ndarray and dst.dtype is npdt
+        if (not extra and type(dst) is np.ndarray and type(src) is np.ndarray and dst.dtype is npdt
                 and src.dtype is npdt and dst.strides == self._dbs and src.strides == self._sbs
                 and dst.shape == self._shape and src.shape == self._shape and dst.flags.writeable):
             fast = True
@@ -108,6 +109,10 @@ class RearrangeDescriptor(OperatorDescriptor):
                 dst, src = dst.view(self._uview), src.view(self._uview)
             da, sa = _address(dst), _address(src)
         else:
+            if extra or src is MISSING:
+                hint = ("; rearrange takes no workspace (as in the C API): calculate(dst, src), "
+                        "stream=... by keyword" if extra else "")
+                raise self._arguments_error(("dst", "src"), (dst, src) + extra, hint)
             fast = False
             da = self._buffer(dst, self._dst, "dst", writable=True).address
             sa = self._buffer(src, self._src, "src", writable=False).address

@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..dask_arrays import is_dask
+from ..dask_arrays import rearrange as rearrange_dask
 from ..interop import inspect_buffer
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor, contiguous_strides
@@ -145,8 +147,10 @@ def _axis_size(name, value, pattern) -> int:
     return int(value)
 
 
-def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...], sizes: dict):
-    """(iteration shape, source strides, output shape) in elements for an input layout."""
+def resolve(pat: Pattern, shape: tuple[int, ...], sizes: dict):
+    """Every axis's extent, and the axes each input dim splits into, for an input of ``shape``:
+    ``(extent by axis name, axes per input dim, the ellipsis axes)``. The ellipsis dims are named
+    ``...0``, ``...1``...; ``1`` stays in the groups (extent 1). Errors are BAD_PARAM."""
     text = pat.text
     for name in sizes:
         if name not in pat.left.names:
@@ -158,19 +162,19 @@ def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...],
         raise _err(text, None, f"the left side describes {want} dims, the input has "
                                f"{len(shape)} (shape {shape})")
     n_ell = len(shape) - n_fixed
-    size: dict[str, int] = {}
-    stride: dict[str, int] = {}
+    size: dict[str, int] = {"1": 1}
+    dims: list[tuple[str, ...]] = []
     ell_names: list[str] = []
-    dim = 0
     for group in groups:
         if group == (ELLIPSIS,):
             for k in range(n_ell):
                 nm = f"...{k}"
                 ell_names.append(nm)
-                size[nm], stride[nm] = shape[dim], strides[dim]
-                dim += 1
+                size[nm] = shape[len(dims)]
+                dims.append((nm,))
             continue
-        n, s = shape[dim], strides[dim]
+        dim = len(dims)
+        n = shape[dim]
         known, unknown = 1, None
         for ax in group:
             if ax == "1":
@@ -186,18 +190,26 @@ def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...],
             if known == 0 or n % known:
                 raise _err(text, None, f"dim {dim} has extent {n}, which the known axes of "
                                        f"({' '.join(group)}) (product {known}) do not divide")
-            inferred = n // known
+            size[unknown] = n // known
         elif known != n:
             raise _err(text, None, f"dim {dim} has extent {n} but ({' '.join(group)}) has "
                                    f"{known} elements")
-        step = s
+        for ax in group:
+            if ax != "1" and ax != unknown:
+                size[ax] = int(sizes[ax])
+        dims.append(group)
+    return size, dims, ell_names
+
+
+def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...], sizes: dict):
+    """(iteration shape, source strides, output shape) in elements for an input layout."""
+    size, dims, ell_names = resolve(pat, shape, sizes)
+    stride: dict[str, int] = {}
+    for group, step in zip(dims, strides):
         for ax in reversed(group):
-            if ax == "1":
-                continue
-            v = inferred if ax == unknown else int(sizes[ax])
-            size[ax], stride[ax] = v, step
-            step *= v
-        dim += 1
+            if ax != "1":
+                stride[ax] = step
+                step *= size[ax]
     it_shape, it_strides, out_shape = [], [], []
     for group, merged in zip(pat.right.groups, pat.right.bracketed):
         extent = 1
@@ -251,6 +263,8 @@ def rearrange(x, pattern: str, **axis_sizes):
             return out
     if x is None:
         raise InfiniError(Status.NULL_POINTER, "operand 'x': array is None")
+    if is_dask(x):  # a lazy graph instead (dask_arrays.py)
+        return rearrange_dask(x, pattern, axis_sizes)
     info = inspect_buffer(x, "x")
     if info.trusted:
         raise InfiniError(Status.BAD_PARAM, "rearrange needs an array or tensor, not an address")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from . import runtime
@@ -11,22 +9,28 @@ from .elementwise_kernels import kernel_module
 
 
 class ElementwiseKernel:
-    """``launch_arrays(*ndarrays) -> code`` (checks in compiled code, 0 = done) and
-    ``launch_pointers(addresses)`` (buffers already checked by the caller)."""
+    """``launch_pointers(addresses)`` (one address per operand in the operator's order, None
+    for an absent optional one; buffers already checked by the caller) and, for the
+    descriptor's NumPy fast path, ``array_launcher(*arrays, *params, *array_launcher_args)``
+    (checks in compiled code; 0 = done)."""
 
     def __init__(self, info):
+        prog = info.program
         lay = info.layout
-        nops = len(info.descs)
-        isz = [d.dtype.itemsize for d in info.descs]
-        n = lay.numel
+        slots = prog.slots
+        isz = [s.dtype.itemsize for s in slots]
+        n = info.numel
         self.parallel = n >= runtime.PARALLEL_THRESHOLD
-        mod = kernel_module(info.spec, info.dtype, info.kind, info.pattern)
-        self._origins = [lay.offsets[j] * isz[j] for j in range(nops)]
+        operands = [k for k, d in enumerate(info.descs) if d is not None]
+        pos = {k: u for u, k in enumerate(operands)}
+        pairs = [(pos[c.w], pos[c.k]) for c in info.checks]
+        mod = kernel_module(prog, info.kind, info.pattern, operands, pairs)
+        self._origins = [info.slot_offsets[j] * isz[j] for j in range(len(slots))]
+        self._slot_operand = [s.operand for s in slots]
+        self.params = tuple(info.params)
         if info.kind == "flat":
             nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES)
             sizes = [n, nt, 0]
-            fn = mod.parallel if self.parallel else mod.serial
-            self._run = partial(_run_flat, fn, n, nt)
         else:
             nt = 0
             if info.kind == "tiled":
@@ -41,36 +45,35 @@ class ElementwiseKernel:
                 nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES and info.pattern[0] == "1"
                          and inner * isz[0] >= 1024)
             sizes = [chunks, nt, 0]
-            fn = mod.parallel if self.parallel else mod.serial
-            self._shape = np.array(lay.shape, dtype=np.int64)
-            self._strides = np.array(lay.strides, dtype=np.int64).reshape(nops, lay.ndim)
-            self._run = partial(_run_strided, fn, self._shape, self._strides, chunks, nt)
+        self._fn = mod.parallel if self.parallel else mod.serial
+        self._sizes = tuple(sizes[:2])
+        self._shape = np.array(lay.shape, dtype=np.int64)
+        self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
+        self._flat = info.kind == "flat"
         meta = list(sizes)
-        for j, d in enumerate(info.descs):
+        for k in operands:
+            d = info.descs[k]
             lo, hi = d.reach
-            meta += [lo * isz[j], (hi + 1) * isz[j], self._origins[j]]
-        meta += [int(a) for a in info.aliasable]
+            meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
+        meta += self._origins
+        meta += [int(c.aliasable) for c in info.checks]
         self.meta = np.array(meta, dtype=np.int64)
-        shape = getattr(self, "_shape", np.zeros(1, np.int64))
-        strides = getattr(self, "_strides", np.zeros((1, 1), np.int64))
+        layouts = []
+        for k in operands:
+            d = info.descs[k]
+            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+        layouts = np.array(layouts, dtype=np.int64)
+        self.layouts = layouts
         launcher = mod.launch_parallel if self.parallel else mod.launch_serial
-        self.launch_arrays = partial(_launch_arrays, launcher, self.meta, shape, strides)
         # For callers that bind the trailing arguments themselves (the descriptor's fast path).
-        self.array_launcher, self.array_launcher_args = launcher, (self.meta, shape, strides)
+        self.array_launcher = launcher
+        self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides)
 
     def launch_pointers(self, addresses, stream=None) -> None:
         """Run on the calling thread; ``stream`` has no meaning on the CPU (work is done on
         return)."""
-        self._run(*[a + o for a, o in zip(addresses, self._origins)])
-
-
-def _run_flat(fn, n, nt, *ptrs):
-    fn(*ptrs, n, nt)
-
-
-def _run_strided(fn, shape, strides, chunks, nt, *ptrs):
-    fn(*ptrs, shape, strides, chunks, nt)
-
-
-def _launch_arrays(launcher, meta, shape, strides, *arrays):
-    return launcher(*arrays, meta, shape, strides)
+        ptrs = [addresses[o] + off for o, off in zip(self._slot_operand, self._origins)]
+        if self._flat:
+            self._fn(*ptrs, *self.params, *self._sizes)
+        else:
+            self._fn(*ptrs, *self.params, self._shape, self._strides, *self._sizes)

@@ -114,3 +114,34 @@ def f32_to_bf16(typingctx, value):
         return builder.trunc(r, ir.IntType(16))
 
     return sig, codegen
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a * b + c rounded once (``llvm.fma``; vectorises to vfmadd). Operands of one float type."""
+    if not (a == b == c and isinstance(a, types.Float)):
+        return None
+    sig = a(a, b, c)
+
+    def codegen(context, builder, signature, args):
+        t = args[0].type
+        name = "llvm.fma.f64" if isinstance(t, ir.DoubleType) else "llvm.fma.f32"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t, [t, t, t]), name)
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def bitcast(typingctx, value, dtype):
+    """The bits of ``value`` reinterpreted as ``dtype`` (same width: f32 <-> i32/u32,
+    f64 <-> i64/u64)."""
+    to = dtype.dtype if isinstance(dtype, types.DType) else dtype.instance_type
+    if value.bitwidth != to.bitwidth:
+        return None
+    sig = to(value, dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(to))
+
+    return sig, codegen

@@ -41,32 +41,26 @@ class Variant:
 
     def source(self) -> codegen.KernelSource:
         kind, *args = self.build
-        if kind == "ew":
+        if kind in ("ew", "expr"):
             op, dts, layout, pattern, ndim = args
-            from ... import ops  # noqa: F401  (registers the built-in operators)
-            from ...elementwise.spec import REGISTRY
+            if kind == "ew":
+                from ... import ops  # noqa: F401  (registers the built-in operators)
+                from ...elementwise.spec import REGISTRY
 
-            spec = REGISTRY[op]
-            dtypes = [DType[d] for d in dts]
+                spec = REGISTRY[op]
+            else:
+                spec = _expr_specs()[op]
+            prog = spec.program(spec.match(tuple(DType[d] for d in dts)))
+            tag = f"ew_{prog.name}_{prog.key[:10]}"
             if layout == "flat":
-                return codegen.flat_source(spec.expr, dtypes, pattern, tag=f"ew_{spec.key}")
-            return codegen.strided_source(spec.expr, dtypes, pattern, ndim, tag=f"ew_{spec.key}")
-        if kind == "expr":
-            which, dts, layout, pattern, ndim = args
-            spec = _expr_specs()[which]
-            dtypes = [DType[d] for d in dts]
-            if layout == "flat":
-                return codegen.flat_source(spec.expr, dtypes, pattern, tag=f"ew_{spec.key}")
-            return codegen.strided_source(spec.expr, dtypes, pattern, ndim, tag=f"ew_{spec.key}")
+                return codegen.flat_source(prog, pattern, tag=tag)
+            return codegen.strided_source(prog, pattern, ndim, tag=tag)
         if kind == "copy":
             word, layout, pattern, ndim = args
             dt = {1: DType.U8, 2: DType.U16, 4: DType.U32, 8: DType.U64}[word]
-            from ...elementwise.expr import Expr
-
-            e = Expr("input", (0,))
             if layout == "flat":
-                return codegen.flat_source(e, [dt, dt], pattern, tag="copy")
-            return codegen.strided_source(e, [dt, dt], pattern, ndim, tag="copy")
+                return codegen.flat_source(codegen.copy_program(dt), pattern, tag="copy")
+            return codegen.strided_source(codegen.copy_program(dt), pattern, ndim, tag="copy")
         if kind == "transpose":
             word, batch, k = args
             return codegen.transpose_source(word, batch, k)
@@ -128,13 +122,16 @@ _WORDS = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 
 
 def _ew(op: str, dt: DType, layout: str) -> Variant:
+    """The variant of operator ``op`` whose first written operand has dtype ``dt``."""
     from ... import ops  # noqa: F401
     from ...elementwise.spec import REGISTRY
 
     spec = REGISTRY[op]
+    j = next(k for k, o in enumerate(spec.operands) if o.writes)
+    sig = next(s for s in spec.signatures if s.dtypes[j] is dt)
+    nslots = len(spec.program(sig).slots)
     kind, pat, ndim = _LAYOUTS[layout]
-    dts = [dt] + [spec.input_dtype(k, dt) for k in range(spec.arity)]
-    pattern = pat(spec.arity)
+    pattern = pat(nslots - 1)
     if kind == "flat":
         ce = (("BLOCK", 1024),)
     elif layout == "tiled3":
@@ -142,7 +139,7 @@ def _ew(op: str, dt: DType, layout: str) -> Variant:
     else:
         ce = (("BR", 4), ("BC", 256))
     return Variant(f"{op}-{dt.short_name}-{layout}",
-                   ("ew", op, tuple(d.name for d in dts), kind, pattern, ndim), ce, 4)
+                   ("ew", op, tuple(d.name for d in sig.dtypes), kind, pattern, ndim), ce, 4)
 
 
 def _rearrange_variants(full: bool) -> list[Variant]:
@@ -213,7 +210,7 @@ def _ast_source(fn, ks: codegen.KernelSource, constexprs: dict):
     3.0/3.1 take ``constants=`` and leave constexprs out of the signature."""
     from triton.compiler import ASTSource
 
-    types = [f"*{t}" for t in ks.pointers] + ["i64"] * len(ks.scalars)
+    types = [f"*{t}" for t in ks.pointers] + ["i64"] * len(ks.scalars) + list(ks.params)
     names = fn.arg_names
     params = inspect.signature(ASTSource.__init__).parameters
     if "constexprs" in params:

@@ -50,7 +50,7 @@ class Launch:
                  num_warps: int, operands: list[Operand], interpret: bool, device_id,
                  extra=()):
         self.source = ks
-        self.scalars = tuple(int(s) for s in scalars)
+        self.scalars = tuple(s if isinstance(s, float) else int(s) for s in scalars)
         self.constexprs = dict(constexprs)
         self.grid = (int(grid),)
         self.num_warps = num_warps
@@ -77,15 +77,15 @@ class Launch:
 def plan_launch(info, cfg: LaunchConfig) -> tuple[codegen.KernelSource, list, dict, int, int]:
     """(kernel source, scalar args, constexprs, grid, num_warps) for an ElementwiseInfo."""
     lay = info.layout
-    dtypes = [d.dtype for d in info.descs]
-    expr = info.spec.expr
+    prog = info.program
     n = lay.numel
+    tag = f"ew_{prog.name}_{prog.key[:10]}"
     if info.kind == "flat":
         block = min(cfg.block, next_pow2(n))
         nprog, per = grid_for(_cdiv(n, block), cfg)
-        ks = codegen.flat_source(expr, dtypes, info.pattern, tag=f"ew_{info.spec.key}")
+        ks = codegen.flat_source(prog, info.pattern, tag=tag)
         return ks, [n, per, nprog], {"BLOCK": block}, nprog, cfg.warps_for(block)
-    ks = codegen.strided_source(expr, dtypes, info.pattern, lay.ndim, tag=f"ew_{info.spec.key}")
+    ks = codegen.strided_source(prog, info.pattern, lay.ndim, tag=tag)
     return (ks, *row_tiles(lay, info.pattern, cfg, tiled=info.kind == "tiled"))
 
 
@@ -112,26 +112,28 @@ def row_tiles(lay, pattern: str, cfg: LaunchConfig, tiled: bool = False):
 
 
 class ElementwiseKernel:
-    """``launch_pointers(addresses, stream=None)``: addresses of element 0 of each operand
-    (output first), already checked by the descriptor."""
+    """``launch_pointers(addresses, stream=None)``: addresses of element 0 of each operand in the
+    operator's order (None for an absent optional one), already checked by the descriptor."""
 
     def __init__(self, info, cfg: LaunchConfig, interpret: bool, device_id=None):
-        dtypes = [d.dtype for d in info.descs]
-        check_dtypes(dtypes, cfg, info.spec.name)
+        prog = info.program
+        check_dtypes(prog.dtypes, cfg, info.spec.name)
         self.info = info
         self.launch = None
         if info.numel == 0:
             return
         ks, scalars, consts, grid, warps = plan_launch(info, cfg)
-        lay = info.layout
         operands = []
-        for j, d in enumerate(info.descs):
+        for j, s in enumerate(prog.slots):
+            d = info.descs[s.operand]
             isz = d.dtype.itemsize
             lo, hi = d.reach
-            operands.append(Operand(codegen.POINTER[d.dtype], isz, lay.offsets[j] * isz,
+            operands.append(Operand(codegen.POINTER[s.dtype], isz, info.slot_offsets[j] * isz,
                                     lo * isz, (hi + 1) * isz))
+        self._slot_operand = [s.operand for s in prog.slots]
+        scalars = list(scalars) + codegen.param_args(info.params, prog.params)
         self.launch = Launch(ks, scalars, consts, grid, warps, operands, interpret, device_id)
 
     def launch_pointers(self, addresses, stream=None) -> None:
         if self.launch is not None:
-            self.launch.launch(addresses, stream)
+            self.launch.launch([addresses[o] for o in self._slot_operand], stream)

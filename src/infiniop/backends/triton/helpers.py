@@ -217,3 +217,78 @@ def abs_(x):
 @triton.jit
 def isnan(x):
     return x != x
+
+
+@triton.jit
+def tan(x):
+    x = to_float(x)
+    return truediv(tl.sin(x), tl.cos(x))
+
+
+@triton.jit
+def trunc(x):
+    """Round toward zero (exact): ceil below zero, floor above (-0.0 and NaN kept)."""
+    x = to_float(x)
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+@triton.jit
+def rint(x):
+    """Round half to even (exact): (|x| + 2**p) - 2**p rounds at the unit in IEEE arithmetic
+    (p = 23 for float32, 52 for float64); |x| >= 2**p, inf and NaN are already integral."""
+    x = to_float(x)
+    a = tl.abs(x)
+    if x.dtype == tl.float64:
+        big = tl.full([], 4503599627370496.0, tl.float64)
+        r = (a + big) - big
+        r = (r.to(tl.uint64, bitcast=True) | (x.to(tl.uint64, bitcast=True)
+                                              & 0x8000000000000000)).to(tl.float64, bitcast=True)
+    else:
+        big = tl.full([], 8388608.0, tl.float32)
+        r = (a + big) - big
+        r = (r.to(tl.uint32, bitcast=True) | (x.to(tl.uint32, bitcast=True)
+                                              & 0x80000000)).to(tl.float32, bitcast=True)
+    return tl.where(a < big, r, x)
+
+
+# Placeholders of the backend's own math (not bit-identical to the CPU) until mathlib.py
+# defines these functions in primitives.
+@triton.jit
+def exp2(x):
+    return tl.exp2(to_float(x))
+
+
+@triton.jit
+def expm1(x):
+    return tl.exp(to_float(x)) - 1.0
+
+
+@triton.jit
+def log2(x):
+    return tl.log2(to_float(x))
+
+
+@triton.jit
+def log10(x):
+    return tl.log(to_float(x)) * 0.4342944819032518
+
+
+@triton.jit
+def log1p(x):
+    return tl.log(1.0 + to_float(x))
+
+
+@triton.jit
+def erf(x):
+    return tl.erf(to_float(x))
+
+
+@triton.jit
+def erfc(x):
+    return 1.0 - tl.erf(to_float(x))
+
+
+@triton.jit
+def atanh(x):
+    x = to_float(x)
+    return 0.5 * tl.log(truediv(1.0 + x, 1.0 - x))

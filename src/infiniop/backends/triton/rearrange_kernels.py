@@ -29,16 +29,6 @@ from .memory import Operand
 from .vendors import LaunchConfig, next_pow2
 
 _UINT = {1: DType.U8, 2: DType.U16, 4: DType.U32, 8: DType.U64}
-_COPY = None
-
-
-def _copy_expr():
-    global _COPY
-    if _COPY is None:
-        from ...elementwise.expr import Expr
-
-        _COPY = Expr("input", (0,))
-    return _COPY
 
 
 def _word(*values) -> int:
@@ -121,10 +111,10 @@ class RearrangeRun:
         if lay.ndim == 1 and pattern[0] == "1" and pattern[1] != "g":
             block = min(cfg.block, next_pow2(n))
             nprog, per = grid_for(_cdiv(n, block), cfg)
-            ks = codegen.flat_source(_copy_expr(), [dt, dt], pattern, tag="copy")
+            ks = codegen.flat_source(codegen.copy_program(dt), pattern, tag="copy")
             return Launch(ks, [n, per, nprog], {"BLOCK": block}, nprog, cfg.warps_for(block),
                           ops, self._interpret, self._device_id)
-        ks = codegen.strided_source(_copy_expr(), [dt, dt], pattern, lay.ndim, tag="copy")
+        ks = codegen.strided_source(codegen.copy_program(dt), pattern, lay.ndim, tag="copy")
         return Launch(ks, *row_tiles(lay, pattern, cfg), ops,
                       self._interpret, self._device_id)
 

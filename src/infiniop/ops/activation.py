@@ -1,0 +1,55 @@
+"""Activation functions (InfiniCore's argument order: output first, then the input; scalars fixed
+at create are keyword parameters named as in its C headers). fp16/bf16 are computed in float32
+and rounded once; the math functions come from mathlib.py."""
+
+from ..elementwise.spec import FLOATS, Operand, Param, elementwise, split_last
+
+SIGMOID = elementwise("sigmoid", ("x",), FLOATS, lambda m, x: m.sigmoid(x), outputs=("y",),
+                      doc="y = 1 / (1 + exp(-x))")
+SILU = elementwise("silu", ("input",), FLOATS, lambda m, x: x * m.sigmoid(x),
+                   outputs=("output",), doc="output = input * sigmoid(input)")
+GELU = elementwise("gelu", ("input",), FLOATS,
+                   lambda m, x: x * 0.5 * (1.0 + m.erf(x * 0.7071067811865476)),
+                   outputs=("output",), doc="output = x * 0.5 * (1 + erf(x / sqrt(2))) (torch's order)")
+GELUTANH = elementwise(
+    "gelutanh", ("x",), FLOATS,
+    lambda m, x: 0.5 * x * (1.0 + m.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x)))),
+    outputs=("y",), doc="y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))")
+QUICKGELU = elementwise("quickgelu", ("x",), FLOATS, lambda m, x: x * m.sigmoid(1.702 * x),
+                        outputs=("y",), doc="y = x * sigmoid(1.702 x)")
+HARDSWISH = elementwise("hardswish", ("input",), FLOATS,
+                        lambda m, x: x * m.minimum(m.maximum(x + 3.0, 0.0), 6.0) / 6.0,
+                        outputs=("output",), doc="output = x * min(max(x + 3, 0), 6) / 6")
+
+
+def _not_nan(v):
+    return "must not be NaN" if v != v else None
+
+
+HARDTANH = elementwise(
+    "hardtanh", ("input",), FLOATS,
+    lambda m, x, min_val, max_val: m.minimum(m.maximum(x, min_val), max_val),
+    outputs=("output",),
+    params=(Param("min_val", "f32", -1.0, _not_nan), Param("max_val", "f32", 1.0, _not_nan)),
+    validate=lambda p: "min_val must not exceed max_val" if p["min_val"] > p["max_val"] else None,
+    doc="output = min(max(input, min_val), max_val); min_val <= max_val")
+
+
+def _softplus(m, x, beta, threshold):
+    """torch's softplus: x where beta * x > threshold, else log1p(exp(beta * x)) / beta."""
+    bx = x * beta
+    return m.where(bx > threshold, x, m.log1p(m.exp(bx)) / beta)
+
+
+SOFTPLUS = elementwise(
+    "softplus", ("x",), FLOATS, _softplus, outputs=("y",),
+    params=(Param("beta", "f32", 1.0, lambda v: "must be non-zero and finite"
+                  if not (v == v and v != 0 and abs(v) != float("inf")) else None),
+            Param("threshold", "f32", 20.0, _not_nan)),
+    doc="y = x if beta*x > threshold else log1p(exp(beta*x)) / beta")
+SWIGLU = elementwise("swiglu", ("a", "b"), FLOATS, lambda m, a, b: a * (b * m.sigmoid(b)),
+                     outputs=("c",), doc="c = a * silu(b)")
+SILU_AND_MUL = elementwise(
+    "silu_and_mul", dtypes=FLOATS, expr=lambda m, gate, up: gate * m.sigmoid(gate) * up,
+    operands=(Operand("output", "out"), Operand("input", views=(split_last, 2))),
+    doc="output = silu(input[..., :d]) * input[..., d:]; input is [..., 2d]")

@@ -1,0 +1,18 @@
+"""fused_gated_delta_net_gating: the gates of a gated delta net, two float32 outputs in one
+pass: g = -exp(A_log) * softplus(a + dt_bias, beta, threshold), beta_output = sigmoid(b).
+A_log and dt_bias have one value per head (the last dim) and broadcast."""
+
+from ..elementwise.spec import HALF_AND_SINGLE, Param, elementwise
+from .activation import _softplus
+
+
+def _gating(m, A_log, a, b, dt_bias, beta, threshold):
+    g = -m.exp(A_log) * _softplus(m, a + dt_bias, beta, threshold)
+    return g, m.sigmoid(b)
+
+
+FUSED_GATED_DELTA_NET_GATING = elementwise(
+    "fused_gated_delta_net_gating", ("A_log", "a", "b", "dt_bias"), HALF_AND_SINGLE, _gating,
+    outputs=("g", "beta_output"), signatures="T, T, T, T -> f32, f32",
+    params=(Param("beta", "f32", 1.0), Param("threshold", "f32", 20.0)),
+    doc="g = -exp(A_log) * softplus(a + dt_bias), beta_output = sigmoid(b)")

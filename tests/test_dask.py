@@ -1,0 +1,392 @@
+"""infiniop on Dask arrays: lazy graphs whose blocks run our kernels, checked bit for bit against
+NumPy references; bad input gets the NumPy path's statuses when the graph is built; one small
+two-process LocalCluster (for the whole module) checks that built-in and user-defined operators
+run on dask.distributed workers."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import assert_exact, raises
+
+import infiniop
+from infiniop import Status, dask_arrays
+from infiniop.elementwise.spec import Param
+
+da = pytest.importorskip("dask.array")
+cloudpickle = pytest.importorskip("cloudpickle")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+RNG = np.random.default_rng(14)
+
+
+def values(shape, dtype) -> np.ndarray:
+    """Moderate values mixed with NaN, +-inf and +-0 (floats) or the full range (integers)."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape))
+    if dtype == np.bool_:
+        return RNG.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return np.frombuffer(RNG.bytes(n * dtype.itemsize), dtype).reshape(shape).copy()
+    v = RNG.standard_normal(n) * 8
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0])
+    pick = RNG.integers(0, 10, n)
+    v = np.where(pick == 0, special[RNG.integers(0, 5, n)], v)
+    return v.astype(np.float32).astype(dtype).reshape(shape)
+
+
+def promised(fn, dtype, *xs):
+    """The library's promise: floats computed in float64 and rounded once through float32 (for
+    + - and clip that is the IEEE float32 result; fp16/bf16 round once more, exactly as documented);
+    integers computed by NumPy in their own type."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return fn(*xs)
+    with np.errstate(all="ignore"):
+        r = fn(*[np.asarray(x).astype(np.float64) if np.ndim(x) or not np.isscalar(x) else x
+                 for x in xs])
+    return np.asarray(r).astype(np.float32).astype(dtype)
+
+
+def clip_ref(x, lo, hi):
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+def chunked(x, chunks):
+    return da.from_array(x, chunks=chunks)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How many blocks our kernels computed (elementwise and rearrange block functions)."""
+    calls = []
+    for name in ("_block", "_rearrange_block"):
+        real = getattr(dask_arrays, name)
+
+        def wrapper(*a, real=real):
+            calls.append(1)
+            return real(*a)
+
+        monkeypatch.setattr(dask_arrays, name, wrapper)
+    return calls
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise operators
+# ---------------------------------------------------------------------------------------------
+
+# (shape, chunks) per operand: chunks that do not line up, size-1 dims, missing dims, 0-d, empty.
+LAYOUTS = {
+    "misaligned": [((6, 10), (4, 3)), ((6, 10), (3, 4))],
+    "row_vector": [((6, 10), (4, 3)), ((10,), 4)],
+    "size1_both": [((5, 1), (2, 1)), ((1, 7), (1, 3))],
+    "zero_d": [((6, 10), (4, 3)), ((), ())],
+    "empty": [((0, 4), (0, 2)), ((4,), 3)],
+}
+
+
+SUB_RUNS = ([(layout, dt) for dt in (np.float32, BF16) for layout in LAYOUTS]
+            + [("misaligned", np.float16), ("row_vector", np.int32)])  # few kernel variants
+
+
+@pytest.mark.parametrize("layout,dtype", SUB_RUNS, ids=[f"{lay}-{np.dtype(d)}" for lay, d in SUB_RUNS])
+def test_sub_matches_numpy_and_dasks_own_chunking(layout, dtype, counted):
+    (sa, ca), (sb, cb) = LAYOUTS[layout]
+    a, b = values(sa, dtype), values(sb, dtype)
+    x, y = chunked(a, ca), chunked(b, cb)
+    r = infiniop.sub(x, y)
+    assert isinstance(r, da.Array) and not counted  # lazy: nothing computed yet
+    assert r.chunks == (x - y).chunks  # aligned as Dask's own elementwise operations
+    got = r.compute(scheduler="sync")
+    assert len(counted) == max(1, np.prod(r.numblocks)) or r.size == 0
+    assert_exact(got, promised(np.subtract, dtype, a, b))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_clip_with_scalars_and_broadcast_bounds(dtype):
+    x = values((7, 9), dtype)
+    dx = chunked(x, (3, 4))
+    lo, hi = np.dtype(dtype).type(-1.5), np.dtype(dtype).type(2.25)
+    assert_exact(infiniop.clip(dx, -1.5, 2.25).compute(), promised(clip_ref, dtype, x, lo, hi))
+    lo_col = values((7, 1), dtype)  # per-row bounds from size-1 dims, in NumPy and Dask form
+    hi_row = values((9,), dtype)
+    got = infiniop.clip(dx, lo_col, chunked(hi_row, 5)).compute()
+    assert_exact(got, promised(clip_ref, dtype, x, lo_col, hi_row))
+
+
+def test_where_bool_condition_and_int_wraparound():
+    c, a = values((8, 6), np.bool_), values((8, 6), np.int16)
+    got = infiniop.where(chunked(c, (3, 6)), chunked(a, (8, 2)), np.int16(-7)).compute()
+    assert_exact(got, np.where(c, a, np.int16(-7)))
+    got = infiniop.add(chunked(a, 4), chunked(a, 3)).compute()
+    assert_exact(got, a + a)  # wraps like NumPy
+
+
+def test_zero_d_operands_give_zero_d_result():
+    a, b = np.array(5.5, np.float32), np.array(-0.25, np.float32)
+    r = infiniop.sub(da.from_array(a), da.from_array(b))
+    assert r.shape == () and r.dtype == np.float32
+    assert_exact(r.compute(), promised(np.subtract, np.float32, a, b))
+
+
+def test_user_defined_operator_and_local_threads():
+    softclamp = infiniop.elementwise(
+        "dask_softclamp", ("x", "limit"), infiniop.FLOATS,
+        lambda m, x, limit: m.where(m.abs(x) > limit, limit * 2 - x, x), register=False)
+    x = values((40, 30), np.float32)
+    got = softclamp(chunked(x, (16, 7)), 2.0).compute(scheduler="threads")
+    limit = np.float32(2.0)
+    assert_exact(got, np.where(np.abs(x) > limit, limit * np.float32(2) - x, x))
+
+
+SUM_DIFF_GREATER = infiniop.elementwise(
+    "sum_diff_greater", ("a", "b"), infiniop.FLOATS,
+    lambda m, a, b, shift: (a + b + shift, a - b, a > b), outputs=("s", "d", "g"),
+    signatures="T, T -> T, T, bool", params=(Param("shift", "f32", 0.0),), register=False)
+
+
+def test_several_outputs_and_keyword_parameters():
+    a, b = values((9, 8), np.float32), values((8,), np.float32)
+    s, d, g = SUM_DIFF_GREATER(chunked(a, (4, 3)), chunked(b, 5), shift=0.5)
+    assert (s.dtype, d.dtype, g.dtype) == (np.float32, np.float32, np.bool_)  # per-output dtype
+    s, d, g = da.compute(s, d, g)
+    assert_exact(s, (a + b) + np.float32(0.5))
+    assert_exact(d, a - b)
+    assert_exact(g, a > b)
+
+
+def test_in_place_operators_return_new_arrays_and_leave_their_operands():
+    """BLAS operators update operands in place on NumPy arrays; on Dask arrays (immutable)
+    they return the updated values and the operand's blocks stay as they were."""
+    x, y = values((40,), np.float32), values((40,), np.float32)
+    dy = chunked(y, 7)
+    got = infiniop.axpy(np.float32(2.5), chunked(x, 9), dy).compute(scheduler="threads")
+    assert_exact(got, np.float32(2.5) * x + y)
+    assert_exact(dy.compute(), y)
+    gx, gy = da.compute(*infiniop.rot(chunked(x, 9), dy, np.float32(0.6), np.float32(0.8)))
+    c, s_ = np.float32(0.6), np.float32(0.8)
+    assert_exact(gx, c * x + s_ * y)
+    assert_exact(gy, c * y - s_ * x)
+
+
+def test_operands_read_as_views():
+    """silu_and_mul splits its input's last dim in two (rows must be whole: rechunked);
+    rotm's 5-element param is one block whatever its chunks."""
+    x = values((6, 10), np.float32)
+    got = infiniop.silu_and_mul(chunked(x, (4, 3)))
+    assert got.shape == (6, 5)
+    assert_exact(got.compute(), infiniop.silu_and_mul(x))
+    p = np.array([-1.0, 1.2, -0.3, 0.4, 0.8], np.float32)
+    a, b = values((12,), np.float32), values((12,), np.float32)
+    want = infiniop.rotm(a.copy(), b.copy(), p)
+    got = da.compute(*infiniop.rotm(chunked(a, 5), chunked(b, 5), chunked(p, 2)))
+    assert_exact(got[0], want[0])
+    assert_exact(got[1], want[1])
+
+
+def test_bad_input_gets_the_numpy_statuses_when_the_graph_is_built():
+    x = chunked(values((6, 4), np.float32), 3)
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.sub, x, chunked(values((6, 4), np.float64), 3))
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.div, chunked(values((4,), np.int32), 2), 3)
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.where, x, x, x)  # condition must be bool
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.sub, x, chunked(values((5,), np.float32), 2))
+    raises(Status.BAD_PARAM, infiniop.sub, x)  # arity
+    raises(Status.NULL_POINTER, infiniop.sub, x, None)
+    raises(Status.BAD_PARAM, infiniop.add, chunked(values((4,), np.int8), 2), 1000)  # does not fit
+    raises(Status.BAD_PARAM, infiniop.add, chunked(values((4,), np.int32), 2), 1.5)
+    raises(Status.BAD_PARAM, infiniop.sub, x, [1.0, 2.0, 3.0, 4.0], match="cannot mix")
+    unknown = x[x > 0]  # chunk sizes depend on the data: NaN until computed
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.neg, unknown, match="compute_chunk_sizes")
+    masked = da.ma.masked_equal(x, 0)  # chunks other than NumPy arrays (masked, CuPy...)
+    raises(Status.BAD_PARAM, infiniop.neg, masked, match="MaskedArray chunks")
+    raises(Status.BAD_PARAM, infiniop.rearrange, masked, "a b -> b a", match="MaskedArray chunks")
+
+
+def test_out_is_refused_with_dask_operands():
+    a = values((4, 4), np.float32)
+    x = chunked(a, 2)
+    raises(Status.BAD_PARAM, infiniop.sub, x, x, out=x, match="immutable")
+    raises(Status.BAD_PARAM, infiniop.sub, x, x, out=np.empty_like(a), match="immutable")
+    raises(Status.BAD_PARAM, infiniop.sub, a, a, out=x, match="immutable")
+
+
+def test_numpy_operands_keep_the_numpy_path():
+    a = values((4, 4), np.float32)
+    assert type(infiniop.sub(a, a)) is np.ndarray
+
+
+def test_missing_dask_says_what_to_install(monkeypatch):
+    x = chunked(values((4,), np.float32), 2)
+    monkeypatch.setitem(sys.modules, "dask.array", None)  # `import dask.array` now fails
+    raises(Status.BAD_PARAM, infiniop.neg, x, match="pip install 'infiniop[dask]'")
+    raises(Status.BAD_PARAM, infiniop.rearrange, x, "a -> a", match="pip install 'infiniop[dask]'")
+
+
+def test_recycled_output_buffers_are_reused_only_when_nothing_refers_to_them():
+    shape = (dask_arrays._POOL_MIN // 4 + 16,)  # pooled (above the minimum size)
+    x = dask_arrays.recycled_empty(shape, np.float32)
+    assert x.ctypes.data % 64 == 0 and x.shape == shape and x.dtype == np.float32
+    addr = x.ctypes.data
+    view = x[3:]  # a view keeps the buffer busy
+    del x
+    y = dask_arrays.recycled_empty(shape, np.float32)
+    assert y.ctypes.data != addr
+    del view, y
+    z = dask_arrays.recycled_empty(shape, np.int32)  # same byte size: the same buffer again
+    assert z.ctypes.data == addr
+    del z
+
+
+def test_recycled_buffers_stay_within_the_bound(monkeypatch):
+    monkeypatch.setattr(dask_arrays, "POOL_BYTES", dask_arrays._pooled + (8 << 20))
+    five, six = 5 << 20, 6 << 20
+    w = dask_arrays.recycled_empty((five // 4,), np.float32)
+    kept = dask_arrays.recycled_empty((six // 4,), np.float32)  # no room left: not pooled
+    assert six not in dask_arrays._pool or not dask_arrays._pool[six]
+    del w, kept
+    v = dask_arrays.recycled_empty((six // 4,), np.float32)  # the idle 5 MiB buffer makes room
+    assert not dask_arrays._pool[five] and len(dask_arrays._pool[six]) == 1
+    assert dask_arrays._pooled <= dask_arrays.POOL_BYTES
+    del v
+
+
+def test_results_kept_alive_are_not_overwritten_by_later_blocks():
+    a = values((1024, 512), np.float32)  # 1 MiB blocks of 256 rows: pooled outputs
+    x = chunked(a, (256, 512))
+    kept = infiniop.neg(x).persist(scheduler="threads")  # its blocks live in pooled buffers
+    single = infiniop.neg(chunked(a, -1)).compute()  # one block: the pooled array itself
+    later = [infiniop.sub(x, x).compute(scheduler="sync") for _ in range(3)]
+    assert_exact(kept.compute(), -a)
+    assert_exact(single, -a)
+    for b in later:
+        assert_exact(b, promised(np.subtract, np.float32, a, a))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pickling (what distributed does to an operator)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_operators_round_trip_through_cloudpickle():
+    assert pickle.loads(cloudpickle.dumps(infiniop.clip)) is infiniop.clip  # the registered one
+    user = infiniop.elementwise("dask_pickled", ("x",), infiniop.FLOATS, lambda m, x: x * 3 - 1,
+                                register=False)
+    blob = cloudpickle.dumps(user)
+    copy = pickle.loads(blob)
+    assert copy.key == user.key and pickle.loads(blob) is copy  # one object per definition
+    x = values((33,), np.float32)
+    assert_exact(copy(x), user(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# rearrange and copy_
+# ---------------------------------------------------------------------------------------------
+
+A = np.arange(2 * 6 * 4 * 3, dtype=np.float32).reshape(2, 6, 4, 3)
+# pattern, axis sizes, the einops result computed with NumPy reshape/transpose
+PATTERNS = [
+    ("n c h w -> n h w c", {}, A.transpose(0, 2, 3, 1)),
+    ("n c h w -> (n c) h w", {}, A.reshape(12, 4, 3)),
+    ("n c h w -> n (h w c)", {}, A.transpose(0, 2, 3, 1).reshape(2, 72)),
+    ("n (g c) h w -> g n c (h w)", {"g": 2}, A.reshape(2, 2, 3, 4, 3).transpose(1, 0, 2, 3, 4)
+     .reshape(2, 2, 3, 12)),
+    ("n (c1 c2) h w -> (c2 n) c1 h w", {"c2": 3}, A.reshape(2, 2, 3, 4, 3)
+     .transpose(2, 0, 1, 3, 4).reshape(6, 2, 4, 3)),
+    ("n c ... -> ... n c 1", {}, A.transpose(2, 3, 0, 1)[..., None]),
+    ("n c ... -> n (c ...)", {}, A.reshape(2, 72)),
+    ("n c h w -> (n c h w)", {}, A.reshape(-1)),
+    ("n c h (w 1) -> w () n c h", {}, A.transpose(3, 0, 1, 2)[:, None]),
+]
+CHUNKS = [(1, 4, 3, 2), (2, 6, 4, 3), (1, 5, 1, 3)]
+
+
+@pytest.mark.parametrize("chunks", CHUNKS, ids=str)
+@pytest.mark.parametrize("pattern,sizes,want", PATTERNS, ids=[p[0] for p in PATTERNS])
+def test_rearrange_einops_semantics(pattern, sizes, want, chunks, counted):
+    r = infiniop.rearrange(chunked(A, chunks), pattern, **sizes)
+    assert isinstance(r, da.Array) and not counted
+    got = r.compute(scheduler="sync")
+    assert counted  # our kernel computed the blocks
+    assert_exact(got, want)
+
+
+def test_rearrange_rechunks_only_where_an_axis_is_merged_or_split():
+    x = chunked(A, (1, 4, 3, 2))
+    assert infiniop.rearrange(x, "n c h w -> w n h c").chunks == ((2, 1), (1, 1), (3, 1), (4, 2))
+    # (n c): c is merged behind n, so c becomes one chunk; n keeps its chunks
+    assert infiniop.rearrange(x, "n c h w -> (n c) h w").chunks == ((6, 6), (3, 1), (2, 1))
+    # (g c) with c=3: chunk boundaries move to multiples of 3 (4 -> 3), c stays whole
+    r = infiniop.rearrange(x, "n (g c) h w -> g n c h w", c=3)
+    assert r.chunks == ((1, 1), (1, 1), (3,), (3, 1), (2, 1))
+
+
+def test_rearrange_errors():
+    x = chunked(A, 2)
+    raises(Status.BAD_PARAM, infiniop.rearrange, x, "n c h -> c n h")  # 3 names, 4 dims
+    raises(Status.BAD_PARAM, infiniop.rearrange, x, "n (g c) h w -> g n c h w", g=4)
+    raises(Status.BAD_PARAM, infiniop.rearrange, x, "n c h w -> n c h")
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.rearrange, x[x > 3], "a -> a",
+           match="compute_chunk_sizes")
+
+
+def test_copy_from_a_dask_array():
+    dst = np.zeros((4, 6), np.float32)
+    src = values((6,), np.float32)
+    assert infiniop.copy_(dst, chunked(src, 4)) is dst
+    assert_exact(dst, np.broadcast_to(src, (4, 6)))
+    x = chunked(src, 4)
+    raises(Status.BAD_PARAM, infiniop.copy_, x, src, match="immutable")
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.copy_, np.zeros(6, np.float64), x)
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.copy_, np.zeros(5, np.float32), x)
+    raises(Status.NULL_POINTER, infiniop.copy_, None, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# dask.distributed: two worker processes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1,
+                                  dashboard_address=None, death_timeout=60) as cluster:
+        with distributed.Client(cluster, timeout=60) as c:
+            yield c
+
+
+def test_distributed_builtin_operators_and_rearrange(client):
+    a, b = values((64, 48), np.float32), values((48,), np.float32)
+    x, y = chunked(a, (20, 16)), chunked(b, 20)
+    r, c, t = client.compute([infiniop.sub(x, y), infiniop.clip(x, -1.0, y),
+                              infiniop.rearrange(x, "(p q) c -> q (c p)", p=4)])
+    assert_exact(r.result(timeout=120), promised(np.subtract, np.float32, a, b))
+    assert_exact(c.result(timeout=120), clip_ref(a, np.float32(-1.0), b))
+    assert_exact(t.result(timeout=120), a.reshape(4, 16, 48).transpose(1, 2, 0).reshape(16, 192))
+    h = a.astype(BF16)
+    got = client.compute(infiniop.sub(chunked(h, 24), chunked(h.T, 16).T)).result(timeout=120)
+    assert_exact(got, promised(np.subtract, BF16, h, h))
+
+
+def test_distributed_user_defined_operator_compiles_on_the_workers(client):
+    # a constant of its own, so the workers cannot have this kernel loaded from another test
+    axpb = infiniop.elementwise("dask_worker_axpb", ("x", "y"), infiniop.FLOATS,
+                                lambda m, x, y: x * 0.75 + y, register=False)
+    a = values((50, 40), np.float32)
+    got = client.compute(axpb(chunked(a, (13, 40)), chunked(a, (50, 9)))).result(timeout=120)
+    assert_exact(got, a * np.float32(0.75) + a)
+
+    def loaded(key):
+        from infiniop.backends.cpu import runtime
+        return runtime.CACHE_DIR, any(key in m for m in sys.modules if m.startswith("infiniop_kernels."))
+
+    from infiniop.backends.cpu import runtime
+
+    seen = client.run(loaded, f"ew_{axpb.name}_")  # kernel modules are named after the op
+    assert len(seen) == 2
+    assert {d for d, _ in seen.values()} == {runtime.CACHE_DIR}  # from the environment
+    assert any(k for _, k in seen.values())  # a worker compiled or loaded the kernel
