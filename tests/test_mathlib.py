@@ -1,13 +1,15 @@
 """mathlib accuracy: each function against an independent reference, rounded once.
 
+Every function is compiled as an elementwise operator by the real pipeline (CPU backend).
 float32: ~1M inputs per function (all ranges: specials, random bit patterns, subnormals, tiny and
-huge magnitudes, and each function's hard regions), computed by the compiled kernel: max error
+huge magnitudes, and each function's hard regions): max error
 <= 1 ulp and >= 99% correctly rounded against a float64 reference. Results that are subnormal
 may be rounded twice (<= 1 ulp) and are not counted in the correctly-rounded rate. fp16 / bf16:
 every value of the type, computed in float32 and rounded once, correctly rounded except where the
 exact result is within one float32 ulp of a tie. float64: 2^17 inputs against long double or
 mpmath, max error <= 1 ulp (the documented target is 2). NaN stays NaN everywhere. The NumPy
-evaluation of the m interface and the compiled kernel give the same bits.
+evaluation of the m interface (tests/mathlib_support.py: exact IEEE primitives) and the compiled
+operator give the same bits, and the Triton interpreter gives the CPU's bits.
 
 ``--long`` (INFINIOP_LONG=1): 4x the samples.
 """
@@ -30,6 +32,7 @@ from mathlib_support import (
     ulp_error,
 )
 
+import infiniop
 from infiniop.elementwise import mathlib
 
 torch = pytest.importorskip("torch")
@@ -180,7 +183,23 @@ CASES = {
 }
 
 
-def _run(name, x, dtype, result_bits=None):
+_OPS = {}
+
+
+def operator(name):
+    """The mathlib function as an elementwise operator (every float dtype)."""
+    if name not in _OPS:
+        fn = getattr(mathlib, name)
+        _OPS[name] = infiniop.elementwise(f"mathlib_{name}", ("x",), infiniop.FLOATS,
+                                          lambda m, x: fn(m, x), register=False)
+    return _OPS[name]
+
+
+def _run(name, x, dtype=None, result_bits=None):
+    """The function on ``x`` through the pipeline; with ``result_bits`` (the fp16/bf16 variants,
+    a hint the pipeline does not pass yet) through the prototype kernel of mathlib_support."""
+    if result_bits is None:
+        return operator(name)(x)
     k = numba_kernel(getattr(mathlib, name), dtype, dtype, result_bits=result_bits)
     y = np.empty_like(x)
     k(x, y)
@@ -213,16 +232,36 @@ def test_float32(name):
     _check_nan(x, y)
 
 
+HALF_VARIANTS = ["silu", "sigmoid", "tanh", "gelu", "gelu_tanh"]  # cheaper for fp16/bf16 results
+PIPELINE_HALF = list(CASES) if LONG else ["silu", "erfinv"]
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+@pytest.mark.parametrize("name", PIPELINE_HALF)
+def test_half_types_through_the_pipeline(name, dt):
+    """fp16/bf16 operands: the framework computes in float32 and rounds once; the same bits as
+    the float32 operator rounded by NumPy (so test_half_types covers every function)."""
+    npdt = np.float16 if dt == "f16" else ml_dtypes.bfloat16
+    x = np.arange(1 << 16, dtype=np.uint16).view(npdt)
+    y = operator(name)(x)
+    assert y.dtype == npdt
+    assert same_bits(y.astype(np.float32), operator(name)(x.astype(np.float32)).astype(npdt)
+                     .astype(np.float32))
+
+
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_half_types(name, dt):
-    """Every value of the type, computed in float32 knowing the result is rounded to ``dt``
-    (m.result_bits: the cheaper algorithms of some functions), then rounded once: misrounded
-    only at near-ties, where the exact value lies within the float32 error of a tie."""
+@pytest.mark.parametrize("variant", ["f32", "half"])
+def test_half_types(name, dt, variant):
+    """Every value of the type, computed in float32 and rounded once: misrounded only at
+    near-ties, where the exact value lies within the float32 error of a tie. ``half``: knowing
+    the result is rounded to ``dt`` (m.result_bits: the cheaper algorithms of HALF_VARIANTS)."""
+    if variant == "half" and name not in HALF_VARIANTS:
+        pytest.skip("one algorithm for float32 and half results")
     case = CASES[name]
     npdt, bits = (np.float16, 11) if dt == "f16" else (ml_dtypes.bfloat16, 8)
     x = np.arange(1 << 16, dtype=np.uint16).view(npdt).astype(np.float32)
-    y = _run(name, x, "f32", bits).astype(npdt)
+    y = _run(name, x, "f32", bits if variant == "half" else None).astype(npdt)
     with np.errstate(all="ignore"):
         ref = case.ref32(x)
     ok = correctly_rounded(y, ref, npdt)
@@ -239,9 +278,12 @@ def test_half_types(name, dt):
 
 
 F64_CASES = [n for n, c in CASES.items() if c.ref64 is not None]
+# without --long, the float64 variants of the functions with their own float64 parts (the
+# rest share the float32 code and differ only in constants); compiling is most of the time
+F64_DEFAULT = ["exp", "expm1", "log1p", "tanh", "silu", "softplus", "erf", "erfc", "gelu", "erfinv"]
 
 
-@pytest.mark.parametrize("name", F64_CASES)
+@pytest.mark.parametrize("name", F64_CASES if LONG else F64_DEFAULT)
 def test_float64(name):
     case = CASES[name]
     x = sample_f64(case.iv64, case.n64 or N64)
@@ -266,15 +308,15 @@ F64_LIMITS = {"erf": (1.0, 0.95), "erfc": (1.0, 0.95), "erfinv": (1.0, 0.95), "g
 def test_numpy_evaluation_same_bits(name, dtype):
     """The NumPy evaluator of the m interface (IEEE primitives, exact fma) and the compiled
     kernel agree bit for bit: the algorithm uses only exactly specified operations."""
-    if dtype == "f64" and name not in F64_CASES:
-        pytest.skip("no float64 algorithm yet")
+    if dtype == "f64" and name not in (F64_CASES if LONG else F64_DEFAULT):
+        pytest.skip("float64 variant tested with --long")
     case = CASES[name]
     x = (sample_f32 if dtype == "f32" else sample_f64)(case.iv32 if dtype == "f32" else case.iv64,
                                                         1 << 12, seed=1)
-    got, want = _run(name, x, dtype), NumpyMath().run(getattr(mathlib, name), x)
+    got, want = _run(name, x), NumpyMath().run(getattr(mathlib, name), x)
     bad = ~np.isnan(got) & ((got != want) | (np.signbit(got) != np.signbit(want)))
     assert same_bits(got, want), (x[bad][:4], got[bad][:4], want[bad][:4])
-    if dtype == "f32":                                    # the fp16/bf16-result variants too
+    if dtype == "f32" and name in HALF_VARIANTS:          # the fp16/bf16-result variants too
         assert same_bits(_run(name, x, dtype, 11),
                          NumpyMath(result_bits=11).run(getattr(mathlib, name), x))
 
@@ -304,3 +346,44 @@ def test_softplus_parameters():
                        (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / beta)
         assert ulp_error(y, ref, np.float32).max() <= 1.0, (beta, threshold)
         assert correctly_rounded(y, ref, np.float32).mean() >= 0.99, (beta, threshold)
+
+
+TRITON_SCRIPT = r"""
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+from infiniop import TensorDescriptor
+from infiniop.handle import create_handle
+from mathlib_support import same_bits, sample_f32, sample_f64
+from test_mathlib import CASES, operator
+TD = TensorDescriptor.from_array
+cpu, nv = create_handle("cpu"), create_handle("nvidia")
+for name in sys.argv[2].split(","):
+    case = CASES[name]
+    for x in (sample_f32(case.iv32, 2048, seed=7), sample_f64(case.iv64 or case.iv32, 1024, seed=7),
+              np.arange(0, 1 << 16, 37, dtype=np.uint16).view(np.float16)):
+        outs = []
+        for h in (cpu, nv):
+            o = np.empty_like(x)
+            with operator(name).create_descriptor(h, TD(o), TD(x)) as d:
+                d.calculate(None, o, x)
+            outs.append(o)
+        print(name, x.dtype, same_bits(*outs), flush=True)
+"""
+
+
+def test_triton_interpreter_same_bits():
+    """The Triton rendering of every function (TRITON_INTERPRET=1, in a child process) computes
+    the CPU's bits for float32, float64 and fp16."""
+    pytest.importorskip("triton")
+    import subprocess
+    import sys
+
+    names = list(CASES) if LONG else ["exp", "log1p", "tanh", "silu", "softplus", "erf", "gelu",
+                                      "erfinv"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, "-c", TRITON_SCRIPT, here, ",".join(names)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.split("\n")
+    assert sum(ln.endswith("True") for ln in lines) == 3 * len(names), p.stdout
