@@ -57,13 +57,14 @@ def main():
     ap.add_argument("--dtypes", default="f32")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1, help="> 1: prange kernels, torch threads")
+    ap.add_argument("--pipeline", action="store_true",
+                    help="the real operator (functional form with out=) instead of the prototype")
     a = ap.parse_args()
     import ml_dtypes
     import torch
     torch.set_num_threads(a.threads)
-    if a.threads > 1:
-        import numba
-        numba.set_num_threads(a.threads)
+    import numba
+    numba.set_num_threads(a.threads)
     rng = np.random.default_rng(0)
     for name in a.names.split(","):
         fn = (lambda m, x: x) if name == "copy" else getattr(mathlib, name)
@@ -74,7 +75,16 @@ def main():
             xs = x32.astype(npdt)
             xa = xs.view(np.uint16) if dt != "f32" else xs
             out = np.empty_like(xa)
-            k = numba_kernel(fn, "f32", dt, parallel=a.threads > 1)
+            if a.pipeline:
+                import infiniop
+                op = infiniop.elementwise(f"bench_{name}", ("x",), infiniop.FLOATS,
+                                          lambda m, x, fn=fn: fn(m, x), register=False)
+                xs_arr, o_arr = xs, np.empty_like(xs)
+
+                def k(xa, out, op=op, xs_arr=xs_arr, o=o_arr):
+                    return op(xs_arr, out=o)
+            else:
+                k = numba_kernel(fn, "f32", dt, parallel=a.threads > 1)
             tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
             x = torch.from_numpy(x32).to(tdt)
             o = torch.empty_like(x)
@@ -84,9 +94,12 @@ def main():
                 ours += timeit(lambda k=k, xa=xa, out=out: k(xa, out), a.n, 3)
                 if tf:
                     theirs += timeit(tf, a.n, 3)
-            asm = next(iter(k.inspect_asm().values()))
-            width = "zmm" if "zmm" in asm else "ymm" if "ymm" in asm else "scalar"
-            calls = len(re.findall(r"call\w*\s+\S*(exp|log|tanh|erf)", asm))
+            if a.pipeline:
+                width, calls = "pipeline", "-"
+            else:
+                asm = next(iter(k.inspect_asm().values()))
+                width = "zmm" if "zmm" in asm else "ymm" if "ymm" in asm else "scalar"
+                calls = len(re.findall(r"call\w*\s+\S*(exp|log|tanh|erf)", asm))
             # min over rounds: on a shared machine the least-disturbed sample (medians in brackets)
             t_o, m_o = np.min(ours) / a.n * 1e9, np.median(ours) / a.n * 1e9
             t_t = np.min(theirs) / a.n * 1e9 if tf else float("nan")
