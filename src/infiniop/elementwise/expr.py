@@ -260,11 +260,19 @@ def extremum(name: str, a, b) -> Expr:
 class Math:
     """The ``m`` namespace of operator expressions; every backend understands each name.
 
+    ``result_bits``: the significand bits of the narrowest floating-point type the traced
+    expression's results are stored in (24 for float32, 11 for fp16, 8 for bf16): math
+    functions whose result is rounded to a half type may use a cheaper evaluation that still
+    rounds correctly there.
+
     Primitives: ``minimum``/``maximum`` (NaN-propagating), ``where``, ``fma``, ``abs``, ``sqrt``,
     ``floor``, ``ceil``, ``trunc``, ``rint``, ``isnan``, ``eq``, ``ne``, ``cast``, ``bitcast``,
     ``const``. Math functions (``exp``, ``log``, ``tanh``, ``sigmoid``, ``erf``...) come from
     mathlib.py, written in those primitives; ``sin``/``cos``/``tan`` use the backend's libm.
     """
+
+    def __init__(self, result_bits: int = 24):
+        self.result_bits = result_bits
 
     def minimum(self, x, y): return extremum("minimum", x, y)
     def maximum(self, x, y): return extremum("maximum", x, y)
@@ -298,17 +306,14 @@ def known_names() -> list[str]:
 
     return sorted(set(NAMES) | set(mathlib.FUNCTIONS))
 
-M = Math()
-
-
 def trace(fn, input_types: list[str | None], param_types: list[str] = (),
-          param_names: tuple[str, ...] = ()) -> tuple[Expr, ...]:
+          param_names: tuple[str, ...] = (), result_bits: int = 24) -> tuple[Expr, ...]:
     """Run ``fn(m, x0, x1, ..., **params)`` on typed placeholders and return its results (a tuple,
     one per output). An input whose type is None is absent (an optional operand): ``fn`` gets
-    None for it."""
+    None for it. ``result_bits``: see :class:`Math`."""
     xs = [None if t is None else Expr("input", (k,), t) for k, t in enumerate(input_types)]
     ps = {n: Expr("param", (k,), t) for k, (n, t) in enumerate(zip(param_names, param_types))}
-    result = fn(M, *xs, **ps)
+    result = fn(Math(result_bits), *xs, **ps)
     results = result if isinstance(result, tuple) else (result,)
     return tuple(r if isinstance(r, Expr) else const(r, "f64" if isinstance(r, float) else "i64")
                  for r in results)

@@ -31,6 +31,8 @@ UNSIGNED = frozenset({DType.U8, DType.U16, DType.U32, DType.U64})
 INTEGERS = SIGNED | UNSIGNED
 NUMERIC = FLOATS | INTEGERS
 HALF_AND_SINGLE = frozenset({DType.F16, DType.BF16, DType.F32})
+# significand bits of the float storage types (what m.result_bits reports to math functions)
+_SIGNIFICAND = {DType.F16: 11, DType.BF16: 8, DType.F32: 24, DType.F64: 53}
 
 REGISTRY: dict[str, ElementwiseSpec] = {}
 
@@ -284,11 +286,13 @@ class ElementwiseSpec:
                 else:
                     in_types.append(None)
         param_types = [p.dtype for p in self.params]
+        written = [k for k, o in enumerate(self.operands) if o.writes]
+        bits = min((_SIGNIFICAND.get(sig.dtypes[k], 24) for k in written), default=24)
         try:
-            results = trace(self.fn, in_types, param_types, tuple(p.name for p in self.params))
+            results = trace(self.fn, in_types, param_types, tuple(p.name for p in self.params),
+                            bits)
         except TypeError as e:
             raise TypeError(f"{self.name}: {e}") from e
-        written = [k for k, o in enumerate(self.operands) if o.writes]
         if len(results) != len(written):
             raise TypeError(f"{self.name}: the expression returns {len(results)} values for "
                             f"{len(written)} outputs ({', '.join(self.outputs)})")

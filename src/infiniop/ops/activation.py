@@ -6,19 +6,16 @@ from ..elementwise.spec import FLOATS, Operand, Param, elementwise, split_last
 
 SIGMOID = elementwise("sigmoid", ("x",), FLOATS, lambda m, x: m.sigmoid(x), outputs=("y",),
                       doc="y = 1 / (1 + exp(-x))")
-SILU = elementwise("silu", ("input",), FLOATS, lambda m, x: x * m.sigmoid(x),
+SILU = elementwise("silu", ("input",), FLOATS, lambda m, x: m.silu(x),
                    outputs=("output",), doc="output = input * sigmoid(input)")
-GELU = elementwise("gelu", ("input",), FLOATS,
-                   lambda m, x: x * 0.5 * (1.0 + m.erf(x * 0.7071067811865476)),
-                   outputs=("output",), doc="output = x * 0.5 * (1 + erf(x / sqrt(2))) (torch's order)")
+GELU = elementwise("gelu", ("input",), FLOATS, lambda m, x: m.gelu(x),
+                   outputs=("output",), doc="output = x * 0.5 * (1 + erf(x / sqrt(2)))")
 GELUTANH = elementwise(
-    "gelutanh", ("x",), FLOATS,
-    lambda m, x: 0.5 * x * (1.0 + m.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x)))),
+    "gelutanh", ("x",), FLOATS, lambda m, x: m.gelu_tanh(x),
     outputs=("y",), doc="y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))")
-QUICKGELU = elementwise("quickgelu", ("x",), FLOATS, lambda m, x: x * m.sigmoid(1.702 * x),
+QUICKGELU = elementwise("quickgelu", ("x",), FLOATS, lambda m, x: m.quickgelu(x),
                         outputs=("y",), doc="y = x * sigmoid(1.702 x)")
-HARDSWISH = elementwise("hardswish", ("input",), FLOATS,
-                        lambda m, x: x * m.minimum(m.maximum(x + 3.0, 0.0), 6.0) / 6.0,
+HARDSWISH = elementwise("hardswish", ("input",), FLOATS, lambda m, x: m.hardswish(x),
                         outputs=("output",), doc="output = x * min(max(x + 3, 0), 6) / 6")
 
 
@@ -35,21 +32,16 @@ HARDTANH = elementwise(
     doc="output = min(max(input, min_val), max_val); min_val <= max_val")
 
 
-def _softplus(m, x, beta, threshold):
-    """torch's softplus: x where beta * x > threshold, else log1p(exp(beta * x)) / beta."""
-    bx = x * beta
-    return m.where(bx > threshold, x, m.log1p(m.exp(bx)) / beta)
-
-
 SOFTPLUS = elementwise(
-    "softplus", ("x",), FLOATS, _softplus, outputs=("y",),
+    "softplus", ("x",), FLOATS, lambda m, x, beta, threshold: m.softplus(x, beta, threshold),
+    outputs=("y",),
     params=(Param("beta", "f32", 1.0, lambda v: "must be non-zero and finite"
                   if not (v == v and v != 0 and abs(v) != float("inf")) else None),
             Param("threshold", "f32", 20.0, _not_nan)),
     doc="y = x if beta*x > threshold else log1p(exp(beta*x)) / beta")
-SWIGLU = elementwise("swiglu", ("a", "b"), FLOATS, lambda m, a, b: a * (b * m.sigmoid(b)),
+SWIGLU = elementwise("swiglu", ("a", "b"), FLOATS, lambda m, a, b: m.swiglu(a, b),
                      outputs=("c",), doc="c = a * silu(b)")
 SILU_AND_MUL = elementwise(
-    "silu_and_mul", dtypes=FLOATS, expr=lambda m, gate, up: gate * m.sigmoid(gate) * up,
+    "silu_and_mul", dtypes=FLOATS, expr=lambda m, gate, up: m.swiglu(up, gate),
     operands=(Operand("output", "out"), Operand("input", views=(split_last, 2))),
     doc="output = silu(input[..., :d]) * input[..., d:]; input is [..., 2d]")

@@ -3,11 +3,10 @@ pass: g = -exp(A_log) * softplus(a + dt_bias, beta, threshold), beta_output = si
 A_log and dt_bias have one value per head (the last dim) and broadcast."""
 
 from ..elementwise.spec import HALF_AND_SINGLE, Param, elementwise
-from .activation import _softplus
 
 
 def _gating(m, A_log, a, b, dt_bias, beta, threshold):
-    g = -m.exp(A_log) * _softplus(m, a + dt_bias, beta, threshold)
+    g = -m.exp(A_log) * m.softplus(a + dt_bias, beta, threshold)
     return g, m.sigmoid(b)
 
 

