@@ -3,6 +3,7 @@
 The public API is re-exported here; see README.md for the descriptor contract.
 """
 
+from ._version import __version__ as __version__
 from .device import Device, Handle, create_handle
 from .dtype import (
     DType,
@@ -35,8 +36,6 @@ from .ops import ABS, ADD, CLIP, DIV, MAXIMUM, MINIMUM, MUL, NEG, RELU, SUB, WHE
 from .rearrange import copy_, create_rearrange_descriptor, rearrange
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
-
-__version__ = "0.1.0"
 
 # Functional front end: infiniop.sub(a, b, out=None) ... (see elementwise/functional.py).
 add, sub, mul, div, clip = ADD, SUB, MUL, DIV, CLIP
