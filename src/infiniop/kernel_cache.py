@@ -4,6 +4,8 @@ Layout (root: ``$INFINIOP_CACHE_DIR``, else ``$XDG_CACHE_HOME/infiniop`` or ``~/
 
     <root>/k<version>-<fingerprint>/cpu/      generated Numba modules, <stem>_<hash>.py
                                    /numba/    Numba's index and machine code (.nbi, .nbc)
+                                   /native-<machine>/  the same machine code, run without
+                                              Numba (.nko, see backends/cpu/native.py)
                                    /triton/   generated Triton modules
 
 The folder name carries the package version and a hash of every source file that kernels are
@@ -40,6 +42,7 @@ _FILE = re.compile(
     r"|[A-Za-z0-9_.]+\.cpython-[0-9a-z_.-]+\.pyc"  # its bytecode, in __pycache__
     r"|.+\.nb[ic]|.+\.nb[ic]\.tmp\.[0-9a-f]+"  # Numba's index and data files (and half-written)
     r"|tmp[A-Za-z0-9_]+\.tmp"               # a module being written (tempfile.mkstemp)
+    r"|[A-Za-z0-9_.]+\.nko(\.[0-9]+\.[0-9]+\.tmp)?"  # object code run without Numba (native.py)
 )
 
 
