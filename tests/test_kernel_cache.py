@@ -190,3 +190,21 @@ def test_clear_cache_on_a_missing_folder(tmp_path, monkeypatch, capsys):
     assert cli.main(["clear-cache"]) == 0
     assert "nothing to remove" in capsys.readouterr().out
     assert not (tmp_path / "never-created").exists()
+
+
+def test_warmup_compiles_into_the_cache(tmp_path, monkeypatch, capsys):
+    """``infiniop warmup`` runs the calls of each group in worker processes (here: one group,
+    in a cache of its own) and says how much the cache grew."""
+    from infiniop import warmup
+
+    assert ("sub", "float32") in warmup.tasks(("float32",))
+    assert ("rearrange", "uint16") in warmup.tasks(("float32",))
+    assert all(dt == "float64" for op, dt in warmup.tasks(("float64",)) if op != "rearrange")
+    monkeypatch.setattr(warmup, "tasks", lambda dtypes: [("neg", "float64")])
+    monkeypatch.setenv("INFINIOP_CACHE_DIR", str(tmp_path))  # read by the workers
+    monkeypatch.setattr(kernel_cache, "root", lambda: tmp_path)
+    assert cli.main(["warmup", "--processes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 operator/dtype groups in 1 processes" in out and "the cache grew by" in out
+    assert kernel_cache.usage(tmp_path) > 0
+    assert any("ew_neg" in p.name for p in tmp_path.rglob("*.py"))

@@ -1,4 +1,4 @@
-"""Command line: ``infiniop demo | bench | info | clear-cache`` (also ``python -m infiniop``)."""
+"""Command line: ``infiniop demo | bench | info | warmup | clear-cache`` (also ``python -m infiniop``)."""
 
 from __future__ import annotations
 
@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help="run a short demo that prints what it does")
     sub.add_parser("info", help="version, devices, threads, kernel cache")
+    w = sub.add_parser("warmup", help="compile the kernels of common calls now (once after installing)")
+    w.add_argument("--dtype", action="append", default=[],
+                   help="float32, float16, bfloat16, float64, int32, ... (default: the first three)")
+    w.add_argument("--processes", type=int, help="compile in this many processes (default: cores)")
     c = sub.add_parser("clear-cache", help="delete compiled kernels (only files infiniop wrote)")
     c.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     b = sub.add_parser("bench", help="benchmark against NumPy / PyTorch and the copy bandwidth")
@@ -113,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         return _demo()
     if args.cmd == "info":
         return _info()
+    if args.cmd == "warmup":
+        from .warmup import DTYPES, warmup
+
+        return warmup(tuple(args.dtype) or DTYPES, args.processes)
     if args.cmd == "clear-cache":
         return _clear_cache(args.dry_run)
     from .bench import run
