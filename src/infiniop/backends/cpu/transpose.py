@@ -8,8 +8,8 @@ is one 512-bit register):
   are loaded with one masked vector load (lanes >= kc are not touched, rows >= kr are not
   loaded at all);
 - each live source row is also prefetched ``PREFETCH_BYTES`` ahead (the next tiles' data);
-- the L registers are transposed with log2(L) rounds of two-source interleaves (a perfect
-  shuffle: ``vpermt2d``/``vpermt2w``/``vpermt2b``/``vpermt2q``);
+- the L registers are transposed with log2(L) rounds of one-micro-op two-source shuffles
+  (``network``: in-block interleaves ``vpunpck*``, then 128-bit block exchanges ``vshufi64x2``);
 - destination row j (j < kc) starts at ``dst + d_off[j] + r0*U`` and receives units r0..r0+kr-1:
   a full row (kr == L) is one 64-byte store, non-temporal when ``nt`` is true and the address
   is 64-byte aligned (checked at run time, so the ``align 64`` claim is always true), an ordinary
@@ -57,13 +57,52 @@ def _masked_store(builder, vt, value, ptr, mask, lanes, bits):
     builder.call(fn, [value, ptr, ir.Constant(_I32, 1), mask])
 
 
-def _interleave(builder, a, b, lanes, high):
-    half = lanes // 2
-    base = half if high else 0
-    idx = []
-    for k in range(half):
-        idx += [base + k, lanes + base + k]
-    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, lanes), idx))
+def _unpack(lanes: int, block: int, unit: int, high: bool) -> list[int]:
+    """Lanes of an in-block interleave of two vectors (``vpunpck{l,h}*``): in each 128-bit block
+    of ``block`` lanes, the low (or high) half of the ``unit``-lane groups of a and b, alternating."""
+    units = block // unit
+    picked = range(units // 2, units) if high else range(units // 2)
+    return [src * lanes + b * block + u * unit + e for b in range(lanes // block) for u in picked
+            for src in (0, 1) for e in range(unit)]
+
+
+def _blocks(lanes: int, block: int, pick: tuple[int, int]) -> list[int]:
+    """Two 128-bit blocks of a, then the same two of b (``vshufi64x2``)."""
+    return [src * lanes + b * block + e for src in (0, 1) for b in pick for e in range(block)]
+
+
+def network(lanes: int):
+    """The shuffles that transpose a ``lanes`` x ``lanes`` tile held in ``lanes`` registers.
+
+    Rounds of two-source shuffles on register pairs (r, r | 1 << bit), each one instruction of
+    one micro-op (in-block interleaves at 1, 2, 4, ... lanes, then two 128-bit block exchanges:
+    cheaper than a general two-source permute, which costs 16-bit and 8-bit lanes 2-3 micro-ops).
+    Returns ``(rounds, order)``: rounds of ``(bit, low mask, high mask)`` (the low result goes to
+    register r, the high one to r | 1 << bit), and ``order[j]``: the register that ends up
+    holding column j. Checked by simulation."""
+    block = lanes // 4
+    rounds = []
+    bit, unit = 0, 1
+    while unit < block:
+        rounds.append((bit, _unpack(lanes, block, unit, False), _unpack(lanes, block, unit, True)))
+        bit, unit = bit + 1, unit * 2
+    for pick_lo, pick_hi in (((0, 1), (2, 3)), ((0, 2), (1, 3))):
+        rounds.append((bit, _blocks(lanes, block, pick_lo), _blocks(lanes, block, pick_hi)))
+        bit += 1
+    regs = [[(i, j) for j in range(lanes)] for i in range(lanes)]
+    for b, lo, hi in rounds:
+        new = list(regs)
+        for r in range(lanes):
+            if not r >> b & 1:
+                both = regs[r] + regs[r | 1 << b]
+                new[r], new[r | 1 << b] = [both[k] for k in lo], [both[k] for k in hi]
+        regs = new
+    order = [0] * lanes
+    for r, content in enumerate(regs):
+        col = content[0][1]
+        assert content == [(i, col) for i in range(lanes)], "not a transpose"
+        order[col] = r
+    return rounds, order
 
 
 def _vptr(builder, addr, vt):
@@ -118,15 +157,17 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
                 builder.call(prefetch_fn, [pf, ir.Constant(_I32, 0), ir.Constant(_I32, 3),
                                            ir.Constant(_I32, 1)])
             rows.append(_masked_load(builder, vt, _vptr(builder, addr, vt), mask, lanes, bits))
-        half = lanes // 2
-        steps = lanes.bit_length() - 1
-        for _ in range(steps):
-            new = [None] * lanes
-            for i in range(half):
-                a, b = rows[i], rows[i + half]
-                new[2 * i] = _interleave(builder, a, b, lanes, False)
-                new[2 * i + 1] = _interleave(builder, a, b, lanes, True)
-            rows = new
+        shuffles, order = network(lanes)
+        for b, lo, hi in shuffles:
+            lo_mask = ir.Constant(ir.VectorType(_I32, lanes), lo)
+            hi_mask = ir.Constant(ir.VectorType(_I32, lanes), hi)
+            new = list(rows)
+            for i in range(lanes):
+                if not i >> b & 1:
+                    j = i | 1 << b
+                    new[i] = builder.shuffle_vector(rows[i], rows[j], lo_mask)
+                    new[j] = builder.shuffle_vector(rows[i], rows[j], hi_mask)
+            rows = [new[r] for r in order] if b == shuffles[-1][0] else new
         full = builder.icmp_signed("==", kr_, ir.Constant(_I64, lanes))
         for j in range(lanes):
             cj = ir.Constant(_I64, j)
