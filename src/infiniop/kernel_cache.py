@@ -35,9 +35,9 @@ _PACKAGE = Path(__file__).resolve().parent
 EXTRA_SOURCES: tuple[str, ...] = ()
 
 # What the library writes: folders directly under the root, and file names inside them.
-_TAG = re.compile(r"k[0-9A-Za-z.+_-]+-[0-9a-f]{16}")
+_TAG = r"k[0-9A-Za-z.+_-]+-[0-9a-f]{16}"
 _LEGACY = {"kernels", "numba", "triton_kernels"}  # layout of infiniop 0.1.0 before versioning
-_FILE = re.compile(
+_FILE = (
     r"[A-Za-z0-9_]+_[0-9a-f]{10,12}\.py"   # a generated module (name ends with its hash)
     r"|[A-Za-z0-9_.]+\.cpython-[0-9a-z_.-]+\.pyc"  # its bytecode, in __pycache__
     r"|.+\.nb[ic]|.+\.nb[ic]\.tmp\.[0-9a-f]+"  # Numba's index and data files (and half-written)
@@ -123,7 +123,7 @@ def _own_files(folder: Path) -> list[Path]:
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
         for f in filenames:
             p = Path(dirpath) / f
-            if _FILE.fullmatch(f) and not p.is_symlink():
+            if re.fullmatch(_FILE, f) and not p.is_symlink():
                 out.append(p)
     return sorted(out)
 
@@ -140,7 +140,7 @@ def entries(at: Path | None = None) -> list[Entry]:
         p = base / name
         if p.is_symlink() or not p.is_dir():
             continue
-        if _TAG.fullmatch(name) or name in _LEGACY:
+        if re.fullmatch(_TAG, name) or name in _LEGACY:
             files = _own_files(p)
             if files:
                 found.append(Entry(name, files, sum(_size(f) for f in files), name in _LEGACY))
