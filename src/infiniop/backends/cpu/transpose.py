@@ -147,60 +147,78 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
             return builder.shuffle_vector(ins, undef, ir.Constant(ir.VectorType(_I32, lanes),
                                                                   [0] * lanes))
 
-        colmask = builder.icmp_signed("<", lane_ids, splat(kc_))
-        rowmask = builder.icmp_signed("<", lane_ids, splat(kr_))
-        zero_mask = ir.Constant(mt, None)
         soff_p = builder.inttoptr(soff_, _I64.as_pointer())
         doff_p = builder.inttoptr(doff_, _I64.as_pointer())
         c0b = builder.mul(c0_, ir.Constant(_I64, unit))
         r0b = builder.mul(r0_, ir.Constant(_I64, unit))
-        last_row = builder.sub(kr_, ir.Constant(_I64, 1))
         prefetch_fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [_PTR, _I32, _I32, _I32]), "llvm.prefetch.p0")
-        rows = []
-        for i in range(lanes):
-            ci = ir.Constant(_I64, i)
-            live = builder.icmp_signed("<", ci, kr_)
-            # rows >= kr: read a valid table entry (the last live row) and load nothing
-            idx = builder.select(live, ci, last_row)
-            off = builder.load(builder.gep(soff_p, [idx]), align=8)
+        colmask = builder.icmp_signed("<", lane_ids, splat(kc_))
+        rowmask = builder.icmp_signed("<", lane_ids, splat(kr_))
+        zero_mask = ir.Constant(mt, None)
+        shuffles, order = network(lanes)
+
+        def transpose(rows):
+            for b, lo, hi in shuffles:
+                lo_mask = ir.Constant(ir.VectorType(_I32, lanes), lo)
+                hi_mask = ir.Constant(ir.VectorType(_I32, lanes), hi)
+                new = list(rows)
+                for i in range(lanes):
+                    if not i >> b & 1:
+                        j = i | 1 << b
+                        new[i] = builder.shuffle_vector(rows[i], rows[j], lo_mask)
+                        new[j] = builder.shuffle_vector(rows[i], rows[j], hi_mask)
+                rows = new
+            return [rows[r] for r in order]
+
+        def load_row(i, mask):
+            off = builder.load(builder.gep(soff_p, [i]), align=8)
             addr = builder.add(builder.add(src_, off), c0b)
-            mask = builder.select(live, colmask, zero_mask)
             if prefetch_distance:
                 pf = builder.inttoptr(builder.add(addr, ir.Constant(_I64, prefetch_distance)), _PTR)
                 builder.call(prefetch_fn, [pf, ir.Constant(_I32, 0), ir.Constant(_I32, 3),
                                            ir.Constant(_I32, 1)])
-            rows.append(_masked_load(builder, vt, _vptr(builder, addr, vt), mask, lanes, bits))
-        shuffles, order = network(lanes)
-        for b, lo, hi in shuffles:
-            lo_mask = ir.Constant(ir.VectorType(_I32, lanes), lo)
-            hi_mask = ir.Constant(ir.VectorType(_I32, lanes), hi)
-            new = list(rows)
-            for i in range(lanes):
-                if not i >> b & 1:
-                    j = i | 1 << b
-                    new[i] = builder.shuffle_vector(rows[i], rows[j], lo_mask)
-                    new[j] = builder.shuffle_vector(rows[i], rows[j], hi_mask)
-            rows = [new[r] for r in order] if b == shuffles[-1][0] else new
-        full = builder.icmp_signed("==", kr_, ir.Constant(_I64, lanes))
-        for j in range(lanes):
-            cj = ir.Constant(_I64, j)
-            with builder.if_then(builder.icmp_signed("<", cj, kc_), likely=True):
-                off = builder.load(builder.gep(doff_p, [cj]), align=8)
-                addr = builder.add(builder.add(dst_, off), r0b)
-                p = _vptr(builder, addr, vt)
-                with builder.if_else(full, likely=True) as (then_full, otherwise):
-                    with then_full:
-                        aligned = builder.icmp_unsigned(
-                            "==", builder.and_(addr, ir.Constant(_I64, 63)), ir.Constant(_I64, 0))
-                        with builder.if_else(builder.and_(nt_, aligned)) as (then_nt, plain):
-                            with then_nt:
-                                st = builder.store(rows[j], p, align=64)
-                                st.set_metadata("nontemporal", _nt_md(builder))
-                            with plain:
-                                builder.store(rows[j], p, align=1)
-                    with otherwise:
-                        _masked_store(builder, vt, rows[j], p, rowmask, lanes, bits)
+            # a masked load even when the mask is all ones: one 64-byte load per row (LLVM splits
+            # plain loads to fold halves into the first shuffles: measured slower)
+            return _masked_load(builder, vt, _vptr(builder, addr, vt), mask, lanes, bits)
+
+        def dst_row(j):
+            off = builder.load(builder.gep(doff_p, [ir.Constant(_I64, j)]), align=8)
+            return builder.add(builder.add(dst_, off), r0b)
+
+        full = builder.and_(builder.icmp_signed("==", kr_, ir.Constant(_I64, lanes)),
+                            builder.icmp_signed("==", kc_, ir.Constant(_I64, lanes)))
+        with builder.if_else(full, likely=True) as (whole, edge):
+            with whole:  # the common case: no per-row tests, one alignment test per tile
+                rows = transpose([load_row(ir.Constant(_I64, i), colmask) for i in range(lanes)])
+                addrs = [dst_row(j) for j in range(lanes)]
+                phase = addrs[0]
+                for a in addrs[1:]:
+                    phase = builder.or_(phase, a)
+                aligned = builder.icmp_unsigned("==", builder.and_(phase, ir.Constant(_I64, 63)),
+                                                ir.Constant(_I64, 0))
+                with builder.if_else(builder.and_(nt_, aligned), likely=True) as (then_nt, plain):
+                    with then_nt:
+                        for j in range(lanes):
+                            st = builder.store(rows[j], _vptr(builder, addrs[j], vt), align=64)
+                            st.set_metadata("nontemporal", _nt_md(builder))
+                    with plain:
+                        for j in range(lanes):
+                            builder.store(rows[j], _vptr(builder, addrs[j], vt), align=1)
+            with edge:  # rows >= kr are not loaded, columns >= kc not stored
+                last_row = builder.sub(kr_, ir.Constant(_I64, 1))
+                rows = []
+                for i in range(lanes):
+                    ci = ir.Constant(_I64, i)
+                    live = builder.icmp_signed("<", ci, kr_)
+                    # rows >= kr: read a valid table entry (the last live row) and load nothing
+                    rows.append(load_row(builder.select(live, ci, last_row),
+                                         builder.select(live, colmask, zero_mask)))
+                rows = transpose(rows)
+                for j in range(lanes):
+                    with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, j), kc_)):
+                        _masked_store(builder, vt, rows[j], _vptr(builder, dst_row(j), vt), rowmask,
+                                      lanes, bits)
         return context.get_dummy_value()
 
     return sig, codegen
