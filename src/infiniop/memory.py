@@ -22,9 +22,9 @@ def empty_aligned(shape, dtype) -> np.ndarray:
     nbytes = prod(shape) * dt.itemsize
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     if _address is None:  # compiled: 5x cheaper than raw.ctypes.data
-        from .backends.cpu.native import Kernel
+        from .backends.cpu.native import kernel
 
-        _address = Kernel("infiniop.backends.cpu.arrays", "address_of").specialize(raw)
+        _address = kernel("infiniop.backends.cpu.arrays", "address_of").specialize(raw)
     off = -_address(raw) % ALIGNMENT
     return raw[off:off + nbytes].view(dt).reshape(shape)
 

@@ -27,9 +27,9 @@ def _backend_kernels(handle):
 def _address_of(dtype: np.dtype, ndim: int):
     """``address(a)`` for arrays of this dtype and rank: ``a.ctypes.data`` costs ~0.8 us, the
     compiled lookup ~0.15 us."""
-    from ..backends.cpu.native import Kernel, array
+    from ..backends.cpu.native import array, kernel
 
-    return Kernel("infiniop.backends.cpu.arrays", "address_of").specialize(array(dtype, ndim))
+    return kernel("infiniop.backends.cpu.arrays", "address_of").specialize(array(dtype, ndim))
 
 
 class RearrangeDescriptor(OperatorDescriptor):

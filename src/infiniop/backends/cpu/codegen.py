@@ -56,4 +56,4 @@ def kernels(stem: str, source: str, names) -> dict[str, native.Kernel]:
     """The functions ``names`` of the generated module as ``native.Kernel`` objects (call
     ``.specialize(*argument_types)``); the module is imported only if one must be compiled."""
     modname = f"infiniop_kernels.{module_name(stem, source)}"
-    return {n: native.Kernel(modname, n, lambda: load_module(stem, source)) for n in names}
+    return {n: native.kernel(modname, n, lambda: load_module(stem, source)) for n in names}

@@ -426,8 +426,22 @@ def load(key: str, module_name: str):
 
 # ------------------------------------------------------------------------------ kernels
 
+_kernels: dict[tuple[str, str], Kernel] = {}
+
+
+def kernel(module_name: str, name: str, importer=None) -> Kernel:
+    """The one ``Kernel`` for ``module_name.name`` (its specialisations are shared: a kernel's
+    code is linked once per process)."""
+    k = _kernels.get((module_name, name))
+    if k is None:
+        with _lock:
+            k = _kernels.setdefault((module_name, name), Kernel(module_name, name, importer))
+    return k
+
+
 class Kernel:
     """A kernel function defined with ``@njit`` in a module that is imported only when needed.
+    Get it with ``kernel()``: each ``Kernel`` object keeps its own specialisations.
 
     ``specialize(*args)`` returns a callable for calls whose arguments have the types of
     ``args`` (sample values or ``array(...)`` placeholders): the stored machine code when this

@@ -46,7 +46,7 @@ MARKERS = {w: np.empty(0, dtype=f"u{w}") for w in (1, 2, 4, 8)}
 
 _JIT = "infiniop.backends.cpu.rearrange_jit"
 memcpy_serial, memcpy_parallel, units_serial, units_parallel, transpose_serial, transpose_parallel = (
-    native.Kernel(_JIT, name) for name in ("memcpy_serial", "memcpy_parallel", "units_serial",
+    native.kernel(_JIT, name) for name in ("memcpy_serial", "memcpy_parallel", "units_serial",
                                            "units_parallel", "transpose_serial", "transpose_parallel"))
 
 
