@@ -235,7 +235,7 @@ class _Section(NamedTuple):
     align: int
 
 
-_SHF_WRITE, _SHF_ALLOC = 1, 2
+_SHF_WRITE, _SHF_ALLOC, _SHF_TLS = 1, 2, 0x400
 _RELOCS = {1, 2, 4, 10, 11, 24}  # R_X86_64_64, PC32, PLT32, 32, 32S, PC64
 
 
@@ -262,7 +262,7 @@ def _link(data: bytes, resolve) -> dict[str, int] | None:
     size = [0, 0]
     for i, s in enumerate(secs):
         if s.flags & _SHF_ALLOC and s.size and s.name != ".eh_frame":
-            if s.type not in (1, 8):  # PROGBITS, NOBITS (no init arrays, TLS, ...)
+            if s.type not in (1, 8) or s.flags & _SHF_TLS:  # PROGBITS, NOBITS; no init arrays, TLS
                 return None
             m = 1 if s.flags & _SHF_WRITE else 0
             size[m] = -(-size[m] // s.align) * s.align
