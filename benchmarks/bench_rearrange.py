@@ -5,7 +5,8 @@
 GB/s counts read + write bytes (2 x tensor bytes). Every implementation runs once per round,
 rounds are interleaved (ours, numpy, torch, copy, ours, ...) so a noisy neighbour hits all of
 them alike; the table shows medians. The copy ceiling is the faster of our non-temporal copy and
-``np.copyto`` of a 512 MiB contiguous array, measured at the start of the same run ("%ceil").
+``np.copyto`` of a 512 MiB contiguous array, best round, measured before and after the cases of
+the same run ("%ceil").
 Because the machine is shared, each case also times, interleaved with it, our contiguous copy of
 the same number of bytes ("copy" column, "%copy" = ours / copy). Tensors smaller than the L3
 cache are partly served from it on repeated calls, so their GB/s can exceed the 512 MiB ceiling.
@@ -152,25 +153,31 @@ def main():
           f"torch threads={torch.get_num_threads()}, rounds={rounds} "
           f"({'best' if args.best else 'medians'}), GB/s = 2*bytes/time")
 
-    # the copy ceiling of this run: 512 MiB contiguous fp32
+    # the copy ceiling of this run: 512 MiB contiguous fp32, measured before and after the
+    # cases (best round of either: a neighbour can only make a measurement slower)
     n = (512 << 20) // 4
     a, b = filled((n,), np.float32), aligned_empty((n,), np.float32)
     d = create_rearrange_descriptor(H, infiniop.TensorDescriptor("float32", (n,)),
                                     infiniop.TensorDescriptor("float32", (n,)))
-    t = run_case({"ours NT copy": lambda: d.calculate(b, a), "np.copyto": lambda: np.copyto(b, a)},
-                 rounds)
-    ceil = {k: 2 * a.nbytes / v / 1e9 for k, v in t.items()}
+
+    def copy_ceiling():
+        global STAT
+        stat, STAT = STAT, min  # the best round
+        t = run_case({"ours NT copy": lambda: d.calculate(b, a), "np.copyto": lambda: np.copyto(b, a)},
+                     rounds)
+        STAT = stat
+        return {k: 2 * a.nbytes / v / 1e9 for k, v in t.items()}
+
+    ceil = copy_ceiling()
     ceiling = max(ceil.values())
-    print(f"# copy ceiling (512 MiB): ours NT {ceil['ours NT copy']:.1f} GB/s, "
-          f"np.copyto {ceil['np.copyto']:.1f} GB/s -> ceiling {ceiling:.1f} GB/s")
-    a = b = d = None  # free 1 GiB before the cases
+    print(f"# copy ceiling (512 MiB) before the cases: ours NT {ceil['ours NT copy']:.1f} GB/s, "
+          f"np.copyto {ceil['np.copyto']:.1f} GB/s")
 
     rows = []
     hdr = (f"{'case':34s} {'dtype':8s} {'MiB':>6s} {'ours':>6s} {'numpy':>6s} {'torch':>6s} "
            f"{'copy':>6s} {'x best':>6s} {'%ceil':>5s} {'%copy':>5s}  plan")
-    print(hdr)
-    print("-" * len(hdr))
     for name, dt, src, dst, tsrc, tdst in cases(args.quick):
+        print(f"# {name} {np.dtype(dt).name}...", flush=True)
         impls, check, plan = case_transpose(name, src, dst, tsrc, tdst)
         check()
         t = run_case(impls, rounds)
@@ -181,12 +188,21 @@ def main():
                    pct_ceiling=100 * gbs["ours"] / ceiling, pct_copy=100 * gbs["ours"] / gbs["copy"],
                    plan=plan)
         rows.append(row)
-        print(f"{name:34s} {row['dtype']:8s} {row['mib']:6.1f} {gbs['ours']:6.1f} {gbs['numpy']:6.1f} "
-              f"{gbs['torch']:6.1f} {gbs['copy']:6.1f} {row['speedup']:6.2f} {row['pct_ceiling']:5.0f} "
-              f"{row['pct_copy']:5.0f}  {plan}", flush=True)
+    after = copy_ceiling()
+    ceiling = max(ceiling, *after.values())
+    print(f"# copy ceiling (512 MiB) after the cases: ours NT {after['ours NT copy']:.1f} GB/s, "
+          f"np.copyto {after['np.copyto']:.1f} GB/s -> ceiling {ceiling:.1f} GB/s (best of both)")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in rows:
+        gbs = row["gbs"]
+        row["pct_ceiling"] = 100 * gbs["ours"] / ceiling
+        print(f"{row['case']:34s} {row['dtype']:8s} {row['mib']:6.1f} {gbs['ours']:6.1f} "
+              f"{gbs['numpy']:6.1f} {gbs['torch']:6.1f} {gbs['copy']:6.1f} {row['speedup']:6.2f} "
+              f"{row['pct_ceiling']:5.0f} {row['pct_copy']:5.0f}  {row['plan']}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(ceiling=ceil, rows=rows), f, indent=1)
+            json.dump(dict(ceiling=ceiling, before=ceil, after=after, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ def test_quick_suite_on_tiny_sizes_writes_table_and_json(tmp_path, monkeypatch):
     assert head["kind"] == "machine" and head["cores"] >= 1
     for key in ("copy_gbps", "triad_gbps", "copy_numpy_gbps", "copy_infiniop_gbps"):
         assert head["bandwidth"][key] > 0
+    assert len(head["bandwidth"]["copy_runs"]) == 2  # measured before and after the cases
+    assert head["bandwidth"]["copy_gbps"] == max(head["bandwidth"]["copy_runs"])
     assert [c["op"] for c in cases] == ["sub", "clip"]
     for c in cases:
         assert "error" not in c, c
@@ -110,7 +112,8 @@ def test_progress_one_line_per_finished_case_when_not_a_terminal():
     assert lines[0].startswith("measuring memory bandwidth")
     assert re.fullmatch(r"\[1/2\] sub/float32/contiguous/8: [\d.]+us, x[\d.]+ numpy \(\d+ s\)",
                         lines[1]), lines[1]
-    assert lines[2].startswith("[2/2] add/float32/contiguous/8: ") and len(lines) == 3
+    assert lines[2].startswith("[2/2] add/float32/contiguous/8: ")
+    assert lines[3].startswith("measuring memory bandwidth again") and len(lines) == 4
     assert "\r" not in log.getvalue() and "\033" not in log.getvalue()
 
 
@@ -144,3 +147,38 @@ def test_torch_peers_do_not_warn():
         warnings.simplefilter("error")
         prep = case.build()
         prep.impls["torch"]()
+
+
+def test_ceiling_is_the_best_of_before_and_after_and_marks_explain_rates_above_it():
+    from infiniop.bench import machine
+
+    start = {"copy_gbps": 30.0, "triad_gbps": 40.0, "copy_numpy_gbps": 30.0,
+             "copy_infiniop_gbps": 20.0, "triad_numpy_gbps": 40.0, "triad_infiniop_gbps": 35.0,
+             "llc_bytes": 1 << 20}
+    end = {**start, "copy_gbps": 50.0, "copy_infiniop_gbps": 50.0, "triad_gbps": 38.0}
+    bw = machine.best_of(start, end)
+    assert bw["copy_gbps"] == 50.0 and bw["triad_gbps"] == 40.0 and bw["copy_numpy_gbps"] == 30.0
+    assert bw["copy_runs"] == [30.0, 50.0] and bw["triad_runs"] == [40.0, 38.0]
+
+    def case(nbytes, gbps, ceiling="copy"):
+        return {"kind": "case", "op": "sub", "dtype": "float32", "layout": "contiguous",
+                "shape": [nbytes // 12], "size": nbytes // 12, "bytes": nbytes, "ceiling": ceiling,
+                "impls": {"infiniop": {"gbps": gbps, "median": 1.0, "of_ceiling": 9.9}}}
+
+    cached, memory_fast, memory_ok = case(1 << 19, 100.0), case(1 << 30, 55.0), case(1 << 30, 36.0, "triad")
+    records = [{"kind": "machine", "bandwidth": bw}, cached, memory_fast, memory_ok]
+    machine.rate(records[1:], bw)
+    assert cached["impls"]["infiniop"]["of_ceiling"] == pytest.approx(2.0)
+    assert memory_ok["impls"]["infiniop"]["of_ceiling"] == pytest.approx(0.9)
+    assert [machine.ceiling_mark(r) for r in records[1:]] == ["c", "!", ""]
+    legend = "\n".join(machine.ceiling_legend(records))
+    assert "1 MiB last-level cache" in legend and "30.0, 50.0" in legend
+    assert machine.ceiling_legend([records[0], memory_ok]) == []
+    assert "best of 30.0/50.0" in machine.bandwidth_line(bw)
+
+
+def test_last_level_cache_size_is_read():
+    from infiniop.bench import machine
+
+    llc = machine.last_level_cache_bytes()
+    assert llc is None or llc >= 1 << 20

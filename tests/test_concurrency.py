@@ -192,13 +192,14 @@ def workload(tag):
 
 
 def _clean_env(cache_dir) -> dict:
-    # numba's cache must follow INFINIOP_CACHE_DIR too (this process exported its own)
     return {"INFINIOP_CACHE_DIR": str(cache_dir), "NUMBA_CACHE_DIR": None}
 
 
 def check_cache_dir(cache_dir) -> list[str]:
     """Every generated module in the cache is whole: its name ends with the hash of its text."""
-    kdir = cache_dir / "kernels"
+    tags = [d for d in os.listdir(cache_dir) if d.startswith("k")]
+    assert len(tags) == 1, f"one versioned kernel folder expected, found {tags}"
+    kdir = cache_dir / tags[0] / "cpu"
     files = sorted(os.listdir(kdir))
     assert files, "no kernel module was written"
     leftovers = [f for f in files if not f.endswith(".py")]
@@ -209,7 +210,7 @@ def check_cache_dir(cache_dir) -> list[str]:
         assert f[:-3].endswith("_" + digest), f"{f} is not the module its name promises " \
                                               f"(half-written or corrupted)"
         compile(text, f, "exec")
-    assert os.listdir(cache_dir / "numba"), "numba's cache is not under INFINIOP_CACHE_DIR"
+    assert os.listdir(cache_dir / tags[0] / "numba"), "numba's cache is not under INFINIOP_CACHE_DIR"
     return files
 
 

@@ -3,6 +3,7 @@
 The public API is re-exported here; see README.md for the descriptor contract.
 """
 
+from ._version import __version__ as __version__
 from .device import Device, Handle
 from .dtype import (
     DType,
@@ -36,8 +37,6 @@ from .ops import ALL as _OPERATORS
 from .rearrange import copy_, create_rearrange_descriptor, rearrange
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
-
-__version__ = "0.1.0"
 
 # Every built-in operator: the functional form ``infiniop.<op>(...)`` (the operator object itself)
 # and the descriptor API ``infiniop.create_<op>_descriptor(handle, *tensor_descs, **scalars)``.

@@ -1,4 +1,4 @@
-"""Command line: ``infiniop demo | bench | info | clear-cache`` (also ``python -m infiniop``)."""
+"""Command line: ``infiniop demo | bench | info | warmup | clear-cache`` (also ``python -m infiniop``)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def _demo() -> int:
 
 def _info() -> int:
     import infiniop as ip
-    from infiniop.backends.cpu import codegen, runtime
+    from infiniop import kernel_cache
+    from infiniop.backends.cpu import runtime
     from infiniop.device import Device
 
     print(f"infiniop {ip.__version__}")
@@ -69,22 +70,35 @@ def _info() -> int:
           f"TBB found: {runtime.HAVE_TBB})")
     print(f"parallel above {runtime.PARALLEL_THRESHOLD} elements; non-temporal stores above "
           f"{runtime.NT_THRESHOLD_BYTES >> 20} MiB of output")
-    print(f"kernel cache {runtime.CACHE_DIR} ({codegen.cache_size_bytes() / 1e6:.1f} MB)")
+    print(f"kernel cache {kernel_cache.root()} ({kernel_cache.usage() / 1e6:.1f} MB)")
     return 0
 
 
-def _clear_cache() -> int:
-    import shutil
+def _clear_cache(dry_run: bool) -> int:
+    from . import kernel_cache
 
-    from infiniop.backends.cpu import runtime
-
-    shutil.rmtree(runtime.CACHE_DIR, ignore_errors=True)
-    print(f"removed {runtime.CACHE_DIR}")
+    where = kernel_cache.root()
+    found = kernel_cache.clear(dry_run=dry_run)
+    if not found:
+        print(f"nothing to remove: no compiled kernels in {where}")
+        return 0
+    verb = "would remove" if dry_run else "removed"
+    total = 0
+    for e in found:
+        total += e.nbytes
+        note = " (written by an older infiniop)" if e.legacy else ""
+        print(f"{verb} {where / e.name}: {len(e.files)} files, {_mb(e.nbytes)}{note}")
+    print(f"{verb} {sum(len(e.files) for e in found)} files, {_mb(total)} in all "
+          "(only files infiniop writes; anything else in the folder is kept)")
     return 0
 
 
 DESCRIPTION = ("infiniop: tensor operators with one descriptor API on the CPU and on GPUs. "
                "Also runs as: python -m infiniop.")
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB ({nbytes} bytes)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("demo", help="run a short demo that prints what it does")
     sub.add_parser("info", help="version, devices, threads, kernel cache")
-    sub.add_parser("clear-cache", help="delete compiled kernels")
+    w = sub.add_parser("warmup", help="compile the kernels of common calls now (once after installing)")
+    w.add_argument("--dtype", action="append", default=[],
+                   help="float32, float16, bfloat16, float64, int32, ... (default: the first three)")
+    w.add_argument("--processes", type=int, help="compile in this many processes (default: cores)")
+    c = sub.add_parser("clear-cache", help="delete compiled kernels (only files infiniop wrote)")
+    c.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     b = sub.add_parser("bench", help="benchmark against NumPy / PyTorch and the copy bandwidth")
     b.add_argument("--quick", action="store_true", help="a small suite (under a minute, warm cache)")
     b.add_argument("--op", action="append", default=[], help="sub, add, mul, clip, rearrange")
@@ -113,8 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         return _demo()
     if args.cmd == "info":
         return _info()
+    if args.cmd == "warmup":
+        from .warmup import DTYPES, warmup
+
+        return warmup(tuple(args.dtype) or DTYPES, args.processes)
     if args.cmd == "clear-cache":
-        return _clear_cache()
+        return _clear_cache(args.dry_run)
     from .bench import run
 
     records = run(quick=args.quick, ops=args.op, dtypes=args.dtype, layouts=args.layout,

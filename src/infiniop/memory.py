@@ -21,10 +21,10 @@ def empty_aligned(shape, dtype) -> np.ndarray:
     shape = tuple(shape) if not isinstance(shape, int) else (shape,)
     nbytes = prod(shape) * dt.itemsize
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    if _address is None:
-        from .backends.cpu.arrays import address_of
+    if _address is None:  # compiled: 5x cheaper than raw.ctypes.data
+        from .backends.cpu.native import kernel
 
-        _address = address_of  # compiled: 5x cheaper than raw.ctypes.data
+        _address = kernel("infiniop.backends.cpu.arrays", "address_of").specialize(raw)
     off = -_address(raw) % ALIGNMENT
     return raw[off:off + nbytes].view(dt).reshape(shape)
 

@@ -56,17 +56,40 @@ def _op(name: str, arity: int):
     return _OPS[name]
 
 
+def last_level_cache_bytes() -> int | None:
+    """Size of the largest CPU cache (Linux sysfs), or None where it cannot be read."""
+    best = None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in os.listdir(base):
+            if not index.startswith("index"):
+                continue
+            with open(os.path.join(base, index, "size")) as f:
+                text = f.read().strip().upper()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            size = int(text.rstrip("KMG")) * mult
+            best = size if best is None else max(best, size)
+    except (OSError, ValueError):
+        return None
+    return best
+
+
 def bandwidth(nbytes: int = 512 << 20, rounds: int = 5) -> dict:
     """The machine's streaming bandwidth in GB/s (bytes read + written), two ways:
 
-    - ``copy``: one array read, one written (``np.copyto`` and ours, non-temporal stores);
+    - ``copy``: one array read, one written (``np.copyto``, our copy operator and our rearrange
+      memcpy; ours with non-temporal stores);
     - ``triad``: two read, one written (``np.add`` and ours): what binary operators move.
 
-    Each ceiling is the best implementation's median. On many CPUs reads are cheaper than
-    writes, so the triad ceiling is higher than the copy ceiling: each case is compared with the
-    ceiling of its own traffic pattern (one input: copy; two or more: triad)."""
+    Each ceiling is the best round of the best implementation: a ceiling is the most the memory
+    was seen to deliver, and on a shared machine a round that a neighbour slowed down says
+    nothing about the hardware. On many CPUs reads are cheaper than writes, so the triad ceiling
+    is higher than the copy ceiling: each case is compared with the ceiling of its own traffic
+    pattern (one input: copy; two or more: triad). ``nbytes`` per array should be well above
+    the last-level cache (see ``last_level_cache_bytes``)."""
     from ..handle import create_handle
     from ..memory import empty_aligned
+    from ..rearrange import create_rearrange_descriptor
     from ..tensor import TensorDescriptor
 
     n = nbytes // 4
@@ -76,14 +99,78 @@ def bandwidth(nbytes: int = 512 << 20, rounds: int = 5) -> dict:
     d = TensorDescriptor.from_array(x)
     h = create_handle("cpu")
     copy, triad = _op("copy", 1).create_descriptor(h, d, d), _op("add", 2).create_descriptor(h, d, d, d)
+    memcpy = create_rearrange_descriptor(h, d, d)
     t = interleaved({"copy/numpy": lambda: np.copyto(z, x),
                      "copy/infiniop": lambda: copy.calculate(None, z, x),
+                     "copy/rearrange": lambda: memcpy.calculate(z, x),
                      "triad/numpy": lambda: np.add(x, y, out=z),
                      "triad/infiniop": lambda: triad.calculate(None, z, x, y)},
                     rounds=rounds, min_time=0.05)
-    gbps = {k: (2 if k.startswith("copy") else 3) * n * 4 / v.median / 1e9 for k, v in t.items()}
+    gbps = {k: (2 if k.startswith("copy") else 3) * n * 4 / v.low / 1e9 for k, v in t.items()}
     out = {k.replace("/", "_") + "_gbps": v for k, v in gbps.items()}
-    out["copy_gbps"] = max(gbps["copy/numpy"], gbps["copy/infiniop"])
+    out["copy_infiniop_gbps"] = max(out["copy_infiniop_gbps"], out.pop("copy_rearrange_gbps"))
+    out["copy_gbps"] = max(gbps["copy/numpy"], gbps["copy/infiniop"], gbps["copy/rearrange"])
     out["triad_gbps"] = max(gbps["triad/numpy"], gbps["triad/infiniop"])
     out["array_bytes"] = n * 4
+    out["llc_bytes"] = last_level_cache_bytes()
     return out
+
+
+def best_of(first: dict, *later: dict) -> dict:
+    """One ceiling from several measurements of ``bandwidth`` (taken before and after the cases):
+    the best rate of each kind, with every measurement kept (``copy_runs``/``triad_runs``)."""
+    out = dict(first)
+    runs = [first, *later]
+    for key in first:
+        if key.endswith("_gbps"):
+            out[key] = max(r[key] for r in runs)
+    out["copy_runs"] = [r["copy_gbps"] for r in runs]
+    out["triad_runs"] = [r["triad_gbps"] for r in runs]
+    return out
+
+
+def bandwidth_line(bw: dict) -> str:
+    """The ceiling as printed above the table, with each measurement it is the best of."""
+    def runs(kind):
+        return "/".join(f"{v:.1f}" for v in bw.get(kind + "_runs", [bw[kind + "_gbps"]]))
+
+    return (f"bandwidth: copy {bw['copy_gbps']:.1f} GB/s (best of {runs('copy')} before/after the "
+            f"cases; numpy {bw['copy_numpy_gbps']:.1f}, infiniop {bw['copy_infiniop_gbps']:.1f}); "
+            f"triad {bw['triad_gbps']:.1f} GB/s (best of {runs('triad')}; numpy "
+            f"{bw['triad_numpy_gbps']:.1f}, infiniop {bw['triad_infiniop_gbps']:.1f})")
+
+
+def rate(records: list[dict], bw: dict) -> None:
+    """(Re)compute each case's ``of_ceiling`` against ``bw`` and say why a rate may exceed it:
+    ``cache_resident`` when the case's bytes fit in the last-level cache (repeated calls are then
+    served partly from the cache, not from memory)."""
+    llc = bw.get("llc_bytes")
+    for rec in records:
+        if "impls" not in rec:
+            continue
+        ceiling = bw[rec["ceiling"] + "_gbps"]
+        for t in rec["impls"].values():
+            t["of_ceiling"] = t["gbps"] / ceiling
+        rec["cache_resident"] = bool(llc) and rec["bytes"] <= llc
+
+
+def ceiling_mark(rec: dict) -> str:
+    """Mark printed beside %ceil: 'c' (cache-resident) or '!' (above the ceiling from memory)."""
+    if rec["impls"]["infiniop"]["of_ceiling"] <= 1.0:
+        return ""
+    return "c" if rec.get("cache_resident") else "!"
+
+
+def ceiling_legend(records: list[dict]) -> list[str]:
+    """Lines explaining the marks used in the table (none when no rate exceeds the ceiling)."""
+    bw = records[0]["bandwidth"]
+    marks = {ceiling_mark(r) for r in records[1:] if "impls" in r}
+    lines = []
+    if "c" in marks:
+        lines.append(f"c: the case's data fits in the {bw['llc_bytes'] / 2**20:.0f} MiB last-level "
+                     "cache, so repeated calls run from the cache, above the memory ceiling")
+    if "!" in marks:
+        runs = ", ".join(f"{v:.1f}" for v in bw.get("copy_runs", [bw["copy_gbps"]]))
+        lines.append(f"!: above the ceiling from memory: the machine's bandwidth changed during "
+                     f"the run (copy ceiling measured {runs} GB/s); compare within rows")
+    return lines

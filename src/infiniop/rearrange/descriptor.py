@@ -24,13 +24,12 @@ def _backend_kernels(handle):
                           f"({e})") from e
 
 
-def _address(a: np.ndarray) -> int:
-    """``a.ctypes.data`` costs ~0.8 us; the compiled lookup ~0.15 us (bound on first use)."""
-    global _address
-    from ..backends.cpu.arrays import address_of
+def _address_of(dtype: np.dtype, ndim: int):
+    """``address(a)`` for arrays of this dtype and rank: ``a.ctypes.data`` costs ~0.8 us, the
+    compiled lookup ~0.15 us."""
+    from ..backends.cpu.native import array, kernel
 
-    _address = address_of
-    return address_of(a)
+    return kernel("infiniop.backends.cpu.arrays", "address_of").specialize(array(dtype, ndim))
 
 
 class RearrangeDescriptor(OperatorDescriptor):
@@ -81,6 +80,7 @@ class RearrangeDescriptor(OperatorDescriptor):
         self._npdt = dst_desc.dtype.numpy
         self._uview = (None if self._npdt.kind in "biu" or self._npdt in (np.float32, np.float64)
                        else np.dtype(f"u{isz}"))
+        self._address = None  # bound on the first fast-path call (dtype and rank are fixed)
         self._shape = dst_desc.shape
         self._dbs = tuple(x * isz for x in dst_desc.strides)
         self._sbs = tuple(x * isz for x in src_desc.strides)
@@ -107,7 +107,10 @@ class RearrangeDescriptor(OperatorDescriptor):
             fast = True
             if self._uview is not None:  # Numba cannot type fp16/bf16/fp8 arrays
                 dst, src = dst.view(self._uview), src.view(self._uview)
-            da, sa = _address(dst), _address(src)
+            address = self._address
+            if address is None:
+                address = self._address = _address_of(dst.dtype, dst.ndim)
+            da, sa = address(dst), address(src)
         else:
             if extra or src is MISSING:
                 hint = ("; rearrange takes no workspace (as in the C API): calculate(dst, src), "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from numba import njit
 
+from . import jit  # noqa: F401  (sets Numba up before it compiles anything)
+
 
 @njit(cache=True, nogil=True)  # a call, not inline="always": measured faster in the launchers
 def layout_end(a, meta, pos):

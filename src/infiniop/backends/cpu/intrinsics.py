@@ -19,6 +19,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import jit  # noqa: F401  (sets Numba up before it compiles anything)
+
 
 @intrinsic
 def address_as_pointer(typingctx, addr, dtype):

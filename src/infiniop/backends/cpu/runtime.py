@@ -1,9 +1,14 @@
-"""Numba set-up for the CPU backend: TBB threading layer, thread count, on-disk kernel cache.
+"""Settings of the CPU backend and its thread count; Numba itself is not imported here.
 
-Import this before anything else imports numba. TBB is the threading layer because it sleeps
-instead of spinning: on a shared 2-vCPU VM, OpenMP's default spin-wait stalls for milliseconds
-when the other core is busy (measured; see docs). The pip ``tbb`` wheel puts ``libtbb.so.12`` in
-``<prefix>/lib``, which is not on the loader path, so we preload it by absolute path.
+A process whose kernels are all in the disk cache runs them without ever importing Numba (see
+``native.py``): Numba is set up by ``jit.py`` only when something must be compiled. The threads
+are one pool either way (Numba's TBB layer; the same C library serves both), so the thread
+count below works before, after and without Numba.
+
+TBB is the threading layer because it sleeps instead of spinning: on a shared 2-vCPU VM,
+OpenMP's default spin-wait stalls for milliseconds when the other core is busy (measured; see
+docs). The pip ``tbb`` wheel puts ``libtbb.so.12`` in ``<prefix>/lib``, which is not on the loader
+path, so we preload it by absolute path.
 """
 
 from __future__ import annotations
@@ -13,37 +18,9 @@ import glob
 import os
 import sys
 
-CACHE_DIR = os.environ.get("INFINIOP_CACHE_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "infiniop"
-)
+from ... import kernel_cache
 
-
-def _preload_tbb() -> bool:
-    candidates = []
-    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, sys.exec_prefix]):
-        candidates += sorted(glob.glob(os.path.join(prefix, "lib", "libtbb.so.12*")))
-    for path in candidates:
-        try:
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-            return True
-        except OSError:
-            continue
-    try:
-        ctypes.CDLL("libtbb.so.12", mode=ctypes.RTLD_GLOBAL)
-        return True
-    except OSError:
-        return False
-
-
-HAVE_TBB = _preload_tbb()
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba"))
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # only matters if TBB is missing
-
-import numba  # noqa: E402
-
-if not os.environ.get("NUMBA_THREADING_LAYER"):
-    numba.config.THREADING_LAYER = "tbb" if HAVE_TBB else "omp"
-
+CACHE_DIR = str(kernel_cache.root())
 # Below this many elements a call runs serially: waking a pool costs more than it saves.
 PARALLEL_THRESHOLD = int(os.environ.get("INFINIOP_PARALLEL_THRESHOLD", 1 << 18))
 # Above this many output bytes stores bypass the cache (non-temporal): the output cannot stay
@@ -51,17 +28,68 @@ PARALLEL_THRESHOLD = int(os.environ.get("INFINIOP_PARALLEL_THRESHOLD", 1 << 18))
 NT_THRESHOLD_BYTES = int(os.environ.get("INFINIOP_NT_THRESHOLD_BYTES", 4 << 20))
 
 
+def _preload_tbb() -> bool:
+    candidates = []
+    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, sys.exec_prefix]):
+        candidates += sorted(glob.glob(os.path.join(prefix, "lib", "libtbb.so.12*")))
+    for path in candidates + ["libtbb.so.12"]:
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+HAVE_TBB = _preload_tbb()
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # only matters if TBB is missing
+# The threading layer: Numba's name for it ("tbb", "omp", "workqueue", ...).
+THREADING_LAYER = os.environ.get("NUMBA_THREADING_LAYER") or ("tbb" if HAVE_TBB else "omp")
+
+
+def _default_threads() -> int:
+    env = os.environ.get("NUMBA_NUM_THREADS")
+    if env:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+MAX_THREADS = _default_threads()
+_threads = MAX_THREADS  # what set_num_threads asked for (applied to whichever pool runs)
+
+
 def num_threads() -> int:
-    return numba.get_num_threads()
+    """Threads used by large calls."""
+    numba = sys.modules.get("numba")
+    if numba is not None and "infiniop.backends.cpu.jit" in sys.modules:
+        return numba.get_num_threads()
+    return _threads
 
 
 def set_num_threads(n: int) -> None:
     """Threads used by large calls (1..number of cores)."""
-    numba.set_num_threads(n)
+    global _threads
+    if not 1 <= int(n) <= MAX_THREADS:
+        raise ValueError(f"number of threads must be between 1 and {MAX_THREADS}, got {n}")
+    _threads = int(n)
+    numba = sys.modules.get("numba")
+    if numba is not None and "infiniop.backends.cpu.jit" in sys.modules:
+        numba.set_num_threads(_threads)
+    from . import native
+
+    native.set_num_threads(_threads)
 
 
 def threading_layer() -> str:
-    try:
-        return numba.threading_layer()
-    except ValueError:  # no parallel kernel has run yet
-        return str(numba.config.THREADING_LAYER)
+    """The threading layer in use (or that will be used once a parallel kernel runs)."""
+    if "infiniop.backends.cpu.jit" in sys.modules:
+        import numba
+
+        try:
+            return numba.threading_layer()
+        except ValueError:  # no parallel kernel has run yet
+            pass
+    return THREADING_LAYER

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import struct
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 
+from ... import kernel_cache
 from ...dtype import DType
 from ...elementwise.expr import BINARY, Expr, topo
 
@@ -429,9 +428,7 @@ def transpose_source(word: str, batch: int, k_words: int) -> KernelSource:
 # ------------------------------------------------------------------------------------ loader
 
 def cache_dir() -> str:
-    base = os.environ.get("INFINIOP_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "infiniop")
-    return os.path.join(base, "triton_kernels")
+    return str(kernel_cache.kernel_dir("triton"))
 
 
 _lock = threading.Lock()
@@ -439,8 +436,8 @@ _modules: dict[str, object] = {}
 
 
 def load(ks: KernelSource):
-    """Import the module of ``ks`` (written once under the cache dir: Triton reads the source
-    of a jitted function from its file) and return its ``kernel``."""
+    """Import the module of ``ks`` (written once in the versioned kernel cache: Triton reads the
+    source of a jitted function from its file) and return its ``kernel``."""
     name = f"{ks.stem}_{ks.digest}"
     mod = _modules.get(name)
     if mod is not None:
@@ -448,19 +445,7 @@ def load(ks: KernelSource):
     with _lock:
         mod = _modules.get(name)
         if mod is None:
-            d = cache_dir()
-            os.makedirs(d, exist_ok=True)
-            path = os.path.join(d, name + ".py")
-            if not os.path.exists(path):
-                fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-                with os.fdopen(fd, "w") as f:
-                    f.write(ks.source)
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass
-                finally:
-                    os.unlink(tmp)
+            path = kernel_cache.write_module(kernel_cache.kernel_dir("triton"), name, ks.source)
             modname = f"infiniop_triton_kernels.{name}"
             spec = importlib.util.spec_from_file_location(modname, path)
             mod = importlib.util.module_from_spec(spec)

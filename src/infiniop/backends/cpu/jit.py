@@ -1,0 +1,113 @@
+"""Numba, imported and set up the first time a kernel must be compiled (or found by Numba).
+
+Every module that defines ``@njit`` functions imports this first. It:
+
+- picks the threading layer (``runtime.THREADING_LAYER``) and the thread count;
+- points Numba's cache for infiniop's kernels (this package's ``@njit(cache=True)`` functions and
+  the generated modules) at the versioned kernel cache, stamped with its fingerprint as well as
+  the file's own hash, so a kernel that inlines a helper from another file (intrinsics,
+  transpose) is recompiled when that helper changes. Other code's Numba cache is left where
+  Numba puts it (``NUMBA_CACHE_DIR`` is not touched);
+- keeps each compiled library's object code (``object_code``) so that ``native`` can store it
+  for processes that run without Numba.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba
+from numba.core import caching
+from numba.core import codegen as _codegen
+
+from ... import kernel_cache
+from . import runtime
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+
+if not os.environ.get("NUMBA_THREADING_LAYER"):
+    numba.config.THREADING_LAYER = runtime.THREADING_LAYER
+
+
+class KernelCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+    """Numba's cache folder and freshness stamp for infiniop's own kernels."""
+
+    def __init__(self, py_func, py_file, subdir):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = str(kernel_cache.kernel_dir("numba") / subdir)
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        return kernel_cache.fingerprint(), super().get_source_stamp()
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        folder = os.path.dirname(os.path.realpath(py_file))
+        try:
+            if folder == os.path.realpath(kernel_cache.kernel_dir("cpu")):
+                subdir = "generated"
+            elif (folder + os.sep).startswith(_PACKAGE_DIR + os.sep):
+                subdir = "package-" + os.path.relpath(folder, _PACKAGE_DIR).replace(os.sep, "-")
+            else:
+                return None
+            self = cls(py_func, py_file, subdir)
+            self.ensure_cache_path()
+        except OSError:  # the cache folder is not writable: Numba's own locators decide
+            return None
+        return self
+
+
+_impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.62
+if KernelCacheLocator not in _impl._locator_classes:
+    _impl._locator_classes.insert(0, KernelCacheLocator)
+
+
+# Object code: Numba hands a library's object code to its JIT engine and then drops it; keep a
+# copy on the library (the hooks are registered when Numba's JIT engine is created, which has
+# not happened yet unless other code compiled with Numba before infiniop did: then no copy is
+# kept and kernels simply keep loading through Numba).
+_Library = _codegen.JITCodeLibrary
+_compiled_hook = _Library._object_compiled_hook.__func__
+_getbuffer_hook = _Library._object_getbuffer_hook.__func__
+_LIB_ATTR = "_CPUCodeLibrary__library"  # where Numba remembers a module's library
+
+
+def _keep(ll_module, buf):
+    lib = getattr(ll_module, _LIB_ATTR, None)
+    if lib is not None and buf:
+        try:
+            lib._infiniop_object = bytes(buf)
+        except ReferenceError:
+            pass
+
+
+def _on_compiled(cls, ll_module, buf):
+    _keep(ll_module, buf)
+    return _compiled_hook(cls, ll_module, buf)
+
+
+def _on_getbuffer(cls, ll_module):
+    buf = _getbuffer_hook(cls, ll_module)
+    _keep(ll_module, buf)
+    return buf
+
+
+if not getattr(_Library, "_infiniop_hooked", False):
+    _Library._object_compiled_hook = classmethod(_on_compiled)
+    _Library._object_getbuffer_hook = classmethod(_on_getbuffer)
+    _Library._infiniop_hooked = True
+
+
+def object_code(library) -> bytes | None:
+    """The relocatable object (ELF) of a finalized library, if this process saw it."""
+    return getattr(library, "_infiniop_object", None)
+
+
+# One pool: if kernels already ran natively, Numba adopts the same threading library (it finds
+# the extension module registered under its own name); a thread count asked for before Numba
+# was imported applies to it too.
+if runtime._threads != runtime.MAX_THREADS:
+    numba.set_num_threads(runtime._threads)

@@ -1,0 +1,270 @@
+"""The Numba source of the rearrange kernels (see ``rearrange_kernels`` for what they do and
+how a plan picks one). Imported only when a kernel must be compiled: a process whose kernels
+are cached runs them without Numba (``native``).
+
+All kernels take raw addresses; the descriptor has checked the buffers. Serial variants run
+below ``runtime.PARALLEL_THRESHOLD`` elements; ``prange`` (TBB) above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from . import jit  # noqa: F401  (sets Numba up before the decorators below run)
+from .intrinsics import address_as_pointer
+from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose
+
+_CHUNK_BYTES = 1 << 18  # smallest chunk of a parallel contiguous copy
+
+
+# ---------------------------------------------------------------------------- helpers (inlined)
+
+@njit(inline="always")
+def _copy_run(dst, src, n, nt):
+    """Copy n contiguous bytes; NT 64-byte lines for the aligned middle when ``nt``."""
+    if nt and n >= 512:
+        head = (-dst) & 63
+        memcpy_bytes(dst, src, head)
+        lines = (n - head) >> 6
+        d = dst + head
+        s = src + head
+        for i in range(lines):
+            copy_line(d + 64 * i, s + 64 * i, True)
+        done = head + 64 * lines
+        memcpy_bytes(dst + done, src + done, n - done)
+    else:
+        memcpy_bytes(dst, src, n)
+
+
+@njit(inline="always")
+def _inner(marker, d, s, m, ds, ss, unit, nt):
+    """m units of ``unit`` bytes, destination stride ds, source stride ss (bytes)."""
+    w = marker.itemsize
+    if unit == w:
+        dp = address_as_pointer(d, marker.dtype)
+        sp = address_as_pointer(s, marker.dtype)
+        dw = ds // w
+        sw = ss // w
+        if dw == 1:
+            if sw == 0:
+                v = sp[0]
+                for k in range(m):
+                    dp[k] = v
+            elif sw == 1:
+                for k in range(m):
+                    dp[k] = sp[k]
+            elif sw == -1:
+                for k in range(m):
+                    dp[k] = sp[-k]
+            else:
+                for k in range(m):
+                    dp[k] = sp[k * sw]
+        else:
+            for k in range(m):
+                dp[k * dw] = sp[k * sw]
+    elif unit <= 64:
+        kw = unit // w
+        for k in range(m):
+            dp = address_as_pointer(d + k * ds, marker.dtype)
+            sp = address_as_pointer(s + k * ss, marker.dtype)
+            for t in range(kw):
+                dp[t] = sp[t]
+    else:
+        for k in range(m):
+            _copy_run(d + k * ds, s + k * ss, unit, nt)
+
+
+@njit(inline="always")
+def _units_range(marker, dst, src, shape, dstr, sstr, unit, nt, start, stop):
+    """Units start..stop-1 of the row-major iteration over ``shape`` (last dim innermost)."""
+    nd = shape.shape[0]
+    n = shape[nd - 1]
+    ds = dstr[nd - 1]
+    ss = sstr[nd - 1]
+    idx = np.zeros(nd, np.int64)
+    rem = start // n
+    i = start - rem * n
+    doff = 0
+    soff = 0
+    for j in range(nd - 1):
+        k = nd - 2 - j
+        q = rem // shape[k]
+        idx[k] = rem - q * shape[k]
+        rem = q
+        doff += idx[k] * dstr[k]
+        soff += idx[k] * sstr[k]
+    pos = start
+    while pos < stop:
+        m = min(n - i, stop - pos)
+        _inner(marker, dst + doff + i * ds, src + soff + i * ss, m, ds, ss, unit, nt)
+        pos += m
+        i = 0
+        for j in range(nd - 1):
+            k = nd - 2 - j
+            idx[k] += 1
+            doff += dstr[k]
+            soff += sstr[k]
+            if idx[k] < shape[k]:
+                break
+            doff -= shape[k] * dstr[k]
+            soff -= shape[k] * sstr[k]
+            idx[k] = 0
+
+
+@njit(inline="always")
+def _batch_offsets(b, bshape, bdstr, bsstr):
+    nb = bshape.shape[0]
+    db = 0
+    sb = 0
+    rem = b
+    for j in range(nb):
+        kk = nb - 1 - j
+        q = rem // bshape[kk]
+        i = rem - q * bshape[kk]
+        rem = q
+        db += i * bdstr[kk]
+        sb += i * bsstr[kk]
+    return db, sb
+
+
+@njit(inline="always")
+def _transpose_tasks(rows, cols, nbatch, tr, kb, head):
+    first = head - tr if head > 0 else 0
+    return nbatch * ((rows - first + tr - 1) // tr) * ((cols + kb - 1) // kb)
+
+
+@njit(inline="always")
+def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, tr, ct,
+                     kb, group, head, nt, staged, t0, t1):
+    """Tasks t0..t1-1 of (batch, row block of ``tr`` rows, column block of ``kb`` columns).
+
+    Direct (``staged`` false): micro-tiles go straight to the destination; row blocks start at
+    ``head`` (block 0 is rows 0..head-1 when head > 0) so that full micro-tiles start where the
+    destination rows are 64-byte aligned, and tasks walk along source rows (``kb`` = cols).
+
+    Staged: each task transposes its block into an L1/L2-resident scratch laid out like the
+    destination (column j's rows contiguous), ``group`` source rows at a time, then streams it
+    out with non-temporal 64-byte lines, merging columns whose destination segments are adjacent:
+    the stores are whole aligned lines whatever the destination's alignment or row length.
+    """
+    u = marker.itemsize
+    lanes = 64 // u
+    first = head - tr if head > 0 else 0
+    nrb = (rows - first + tr - 1) // tr
+    ncb = (cols + kb - 1) // kb
+    cstep = lanes * ct
+    seg = tr * u
+    # scratch and its offset table: only ever addressed through these arrays inside the loop, so
+    # they stay alive (Numba frees an array after its last use, raw pointers do not count)
+    raw = np.empty(kb * seg + 64 if staged else 0, np.uint8)
+    lin = np.arange(kb + lanes if staged else 0, dtype=np.int64) * seg
+    rs = row_src.ctypes.data
+    cd = col_dst.ctypes.data
+    cdp = address_as_pointer(cd, np.int64)
+    tile_nt = nt and not staged
+    for t in range(t0, t1):
+        b = t // (nrb * ncb)
+        rest = t - b * (nrb * ncb)
+        rb = rest // ncb
+        cb = rest - rb * ncb
+        r_s = max(0, first + rb * tr)
+        r_e = min(rows, first + (rb + 1) * tr)
+        c_s = cb * kb
+        c_e = min(cols, c_s + kb)
+        db, sb = _batch_offsets(b, bshape, bdstr, bsstr)
+        db += dst
+        sb += src
+        scratch = raw.ctypes.data + ((-raw.ctypes.data) & 63)
+        if staged:
+            target = scratch - r_s * u
+            table = lin.ctypes.data - 8 * c_s
+        else:
+            target = db
+            table = cd
+        for g in range(r_s, r_e, group):
+            g_e = min(r_e, g + group)
+            for cc in range(c_s, c_e, cstep):
+                cc_e = min(c_e, cc + cstep)
+                for r0 in range(g, g_e, lanes):
+                    kr = min(lanes, g_e - r0)
+                    for c0 in range(cc, cc_e, lanes):
+                        kc = min(lanes, cc_e - c0)
+                        tile_transpose(marker, sb, rs + 8 * r0, c0, target, table + 8 * c0, r0, kr,
+                                       kc, tile_nt)
+        if staged:
+            n = (r_e - r_s) * u
+            run_dst = db + cdp[c_s] + r_s * u
+            run_src = scratch
+            run_len = n
+            for col in range(c_s + 1, c_e):
+                d = db + cdp[col] + r_s * u
+                s_ = scratch + (col - c_s) * seg
+                if d == run_dst + run_len and s_ == run_src + run_len:
+                    run_len += n
+                else:
+                    _copy_run(run_dst, run_src, run_len, nt)
+                    run_dst = d
+                    run_src = s_
+                    run_len = n
+            _copy_run(run_dst, run_src, run_len, nt)
+    if nt:
+        store_fence()
+
+
+# ---------------------------------------------------------------------------- kernels
+
+@njit(cache=True)
+def memcpy_serial(marker, dst, src, nbytes, nt):
+    _copy_run(dst, src, nbytes, nt)
+    if nt:
+        store_fence()
+
+
+@njit(cache=True, parallel=True)
+def memcpy_parallel(marker, dst, src, nbytes, nt):
+    # chunk boundaries on 64-byte boundaries of dst, so every NT line is whole and aligned
+    nchunks = max(1, min(64, nbytes // _CHUNK_BYTES))
+    head = (-dst) & 63
+    for c in prange(nchunks):
+        a = 0 if c == 0 else head + ((nbytes - head) * c // nchunks) // 64 * 64
+        b = nbytes if c == nchunks - 1 else head + ((nbytes - head) * (c + 1) // nchunks) // 64 * 64
+        _copy_run(dst + a, src + a, b - a, nt)
+        if nt:
+            store_fence()
+
+
+@njit(cache=True)
+def units_serial(marker, dst, src, shape, dstr, sstr, unit, total, nt):
+    _units_range(marker, dst, src, shape, dstr, sstr, unit, nt, 0, total)
+    if nt:
+        store_fence()
+
+
+@njit(cache=True, parallel=True)
+def units_parallel(marker, dst, src, shape, dstr, sstr, unit, total, nt):
+    nchunks = min(total, 64)
+    for c in prange(nchunks):
+        _units_range(marker, dst, src, shape, dstr, sstr, unit, nt,
+                     total * c // nchunks, total * (c + 1) // nchunks)
+        if nt:
+            store_fence()
+
+
+@njit(cache=True)
+def transpose_serial(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, nbatch,
+                     tr, ct, kb, group, head, nt, staged):
+    ntasks = _transpose_tasks(rows, cols, nbatch, tr, kb, head)
+    _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, tr, ct,
+                     kb, group, head, nt, staged, 0, ntasks)
+
+
+@njit(cache=True, parallel=True)
+def transpose_parallel(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst,
+                       nbatch, tr, ct, kb, group, head, nt, staged):
+    ntasks = _transpose_tasks(rows, cols, nbatch, tr, kb, head)
+    nchunks = min(ntasks, 64)
+    for c in prange(nchunks):
+        _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src, col_dst, tr,
+                         ct, kb, group, head, nt, staged, ntasks * c // nchunks,
+                         ntasks * (c + 1) // nchunks)

@@ -1,0 +1,175 @@
+"""The on-disk kernel cache: where compiled kernels live, what keys them, what may be deleted.
+
+Layout (root: ``$INFINIOP_CACHE_DIR``, else ``$XDG_CACHE_HOME/infiniop`` or ``~/.cache/infiniop``)::
+
+    <root>/k<version>-<fingerprint>/cpu/      generated Numba modules, <stem>_<hash>.py
+                                   /numba/    Numba's index and machine code (.nbi, .nbc)
+                                   /native-<machine>/  the same machine code, run without
+                                              Numba (.nko, see backends/cpu/native.py)
+                                   /triton/   generated Triton modules
+
+The folder name carries the package version and a hash of every source file that kernels are
+generated from or that is inlined into them (``sources()``: every ``.py`` under
+``infiniop/backends/``): an upgrade or an edit of any of them gives a new folder, so a stale kernel
+can never be loaded. Folders of other versions are only disk space; ``infiniop clear-cache``
+removes them.
+
+``clear`` deletes only files whose names the library writes, inside folders it made, then those
+folders if they end up empty: whatever else lives under the root survives.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._version import __version__
+
+_PACKAGE = Path(__file__).resolve().parent
+# Sources outside backends/ that kernels inline (one line per file, relative to the package).
+EXTRA_SOURCES: tuple[str, ...] = ()
+
+# What the library writes: folders directly under the root, and file names inside them.
+_TAG = r"k[0-9A-Za-z.+_-]+-[0-9a-f]{16}"
+_LEGACY = {"kernels", "numba", "triton_kernels"}  # layout of infiniop 0.1.0 before versioning
+_FILE = (
+    r"[A-Za-z0-9_]+_[0-9a-f]{10,12}\.py"   # a generated module (name ends with its hash)
+    r"|[A-Za-z0-9_.]+\.cpython-[0-9a-z_.-]+\.pyc"  # its bytecode, in __pycache__
+    r"|.+\.nb[ic]|.+\.nb[ic]\.tmp\.[0-9a-f]+"  # Numba's index and data files (and half-written)
+    r"|tmp[A-Za-z0-9_]+\.tmp"               # a module being written (tempfile.mkstemp)
+    r"|[A-Za-z0-9_.]+\.nko(\.[0-9]+\.[0-9]+\.tmp)?"  # object code run without Numba (native.py)
+)
+
+
+@functools.cache
+def root() -> Path:
+    """The cache root (read once per process, like every setting)."""
+    env = os.environ.get("INFINIOP_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "infiniop"
+
+
+def sources() -> list[Path]:
+    """Every source file a kernel is generated from or inlines: all of ``backends/`` (so a new
+    kernel module is covered without being listed), plus ``EXTRA_SOURCES``."""
+    files = sorted((_PACKAGE / "backends").rglob("*.py"))
+    return files + [_PACKAGE / p for p in EXTRA_SOURCES]
+
+
+@functools.cache
+def fingerprint() -> str:
+    """Hash of the package version and of ``sources()`` (computed once per process; ~1 ms)."""
+    h = hashlib.sha256(__version__.encode())
+    for path in sources():
+        h.update(b"\0" + path.relative_to(_PACKAGE).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def kernel_dir(kind: str) -> Path:
+    """``<root>/k<version>-<fingerprint>/<kind>`` (``cpu``, ``numba``, ``triton``), created."""
+    path = root() / f"k{__version__}-{fingerprint()}" / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_module(directory: Path, name: str, source: str) -> Path:
+    """``directory/name.py`` holding ``source``, written once and atomically (safe when several
+    threads or processes write the same module at once; an existing file is left untouched, so
+    its timestamp, and the caches keyed on it, stay valid)."""
+    path = directory / (name + ".py")
+    if not path.exists():
+        import tempfile  # only when writing: 4 ms of a cached first call
+
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return path
+
+
+# ----------------------------------------------------------------------------- clearing
+
+@dataclass
+class Entry:
+    """One folder the library made directly under the root, and its files the library wrote."""
+
+    name: str
+    files: list[Path] = field(default_factory=list)
+    nbytes: int = 0
+    legacy: bool = False
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
+
+
+def _own_files(folder: Path) -> list[Path]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        for f in filenames:
+            p = Path(dirpath) / f
+            if re.fullmatch(_FILE, f) and not p.is_symlink():
+                out.append(p)
+    return sorted(out)
+
+
+def entries(at: Path | None = None) -> list[Entry]:
+    """What the library wrote under ``at`` (default: the cache root), folder by folder."""
+    base = Path(at) if at is not None else root()
+    found = []
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    for name in names:
+        p = base / name
+        if p.is_symlink() or not p.is_dir():
+            continue
+        if re.fullmatch(_TAG, name) or name in _LEGACY:
+            files = _own_files(p)
+            if files:
+                found.append(Entry(name, files, sum(_size(f) for f in files), name in _LEGACY))
+    return found
+
+
+def usage(at: Path | None = None) -> int:
+    """Bytes of cache files the library wrote under ``at`` (default: the cache root)."""
+    return sum(e.nbytes for e in entries(at))
+
+
+def clear(at: Path | None = None, dry_run: bool = False) -> list[Entry]:
+    """Delete the library's files under ``at`` (default: the cache root) and the folders that
+    held them once they are empty. Returns what was (or, with ``dry_run``, would be) removed."""
+    base = Path(at) if at is not None else root()
+    found = entries(base)
+    if dry_run:
+        return found
+    for e in found:
+        for f in e.files:
+            try:
+                f.unlink()
+            except FileNotFoundError:
+                pass
+        top = base / e.name
+        for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            try:
+                os.rmdir(dirpath)  # only succeeds on an empty folder
+            except OSError:
+                pass
+    return found

@@ -1,0 +1,88 @@
+"""``infiniop warmup``: compile the kernels of common calls into the kernel cache ahead of time.
+
+A kernel is compiled the first time any process needs it (0.3-1 s each); after that every
+process loads it in about a millisecond without starting Numba. Warming up once after an
+install (or an upgrade: the cache is per version) moves those compilations out of the first
+run of a program. What is compiled: every elementwise operator on contiguous operands (small
+and large calls: the serial and the multi-threaded kernel) and with a broadcast row, for the
+chosen dtypes; rearrange's copy, strided and transpose kernels for 1, 2, 4 and 8-byte elements.
+The work is spread over the CPU's cores (one process each).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def tasks(dtypes=DTYPES) -> list[tuple[str, str]]:
+    """(what, dtype) pairs, one per group of kernels, for ``run_task``."""
+    from .dtype import as_dtype
+    from .ops import ABS, ADD, CLIP, DIV, MAXIMUM, MINIMUM, MUL, NEG, RELU, SUB, WHERE
+
+    out = []
+    for dt in dtypes:
+        for spec in (ADD, SUB, MUL, DIV, CLIP, MAXIMUM, MINIMUM, NEG, ABS, RELU, WHERE):
+            if as_dtype(dt) in spec.dtypes:
+                out.append((spec.name, dt))
+    return out + [("rearrange", w) for w in ("uint8", "uint16", "uint32", "uint64")]
+
+
+def run_task(what: str, dtype: str) -> None:
+    """Make the calls that compile one group of kernels (results are thrown away)."""
+    import numpy as np
+
+    import infiniop as ip
+    from infiniop.backends.cpu import runtime
+    from infiniop.dtype import as_dtype
+
+    npdt = as_dtype(dtype).numpy
+    if what == "rearrange":
+        for shape in ((8, 16), (runtime.PARALLEL_THRESHOLD // 512 + 1, 512)):
+            x = np.zeros(shape, npdt)
+            ip.rearrange(x, "a b -> b a")                        # transpose
+            ip.rearrange(x[:, ::2], "a b -> a b")                # strided units
+            ip.copy_(np.empty_like(x), x)                        # memcpy
+        return
+    spec = getattr(ip, what)
+    for n in (64, runtime.PARALLEL_THRESHOLD):
+        args = []
+        for k in range(spec.arity):
+            want = spec.input_dtype(k, as_dtype(dtype))
+            args.append(np.zeros(n, want.numpy))
+        spec(*args)                                              # contiguous
+        row = [a[: n // 64] for a in args]
+        spec(*([args[0].reshape(64, -1)] + row[1:]))             # broadcast row
+
+
+def _worker(jobs) -> None:
+    for what, dtype in jobs:
+        run_task(what, dtype)
+
+
+def warmup(dtypes=DTYPES, processes: int | None = None, out=sys.stdout) -> int:
+    """Compile the groups of ``tasks(dtypes)`` in ``processes`` processes; 0 when all worked."""
+    import multiprocessing
+
+    from . import kernel_cache
+
+    jobs = tasks(dtypes)
+    n = max(1, min(processes or len(os.sched_getaffinity(0)), len(jobs)))
+    t0 = time.perf_counter()
+    before = kernel_cache.usage()
+    print(f"compiling the kernels of {len(jobs)} operator/dtype groups in {n} processes "
+          f"(kernel cache: {kernel_cache.root()})...", file=out, flush=True)
+    ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited threads
+    procs = [ctx.Process(target=_worker, args=(jobs[i::n],)) for i in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    failed = [p.exitcode for p in procs if p.exitcode != 0]
+    grown = kernel_cache.usage() - before
+    print(f"done in {time.perf_counter() - t0:.1f} s; the cache grew by {grown / 1e6:.1f} MB"
+          + (f"; {len(failed)} worker(s) failed" if failed else ""), file=out)
+    return 1 if failed else 0

@@ -1,0 +1,135 @@
+"""Cached kernels run without Numba (backends/cpu/native.py): a fresh process whose kernels are
+in the cache gets bit-exact results without importing numba or llvmlite; a damaged or foreign
+object is never run (Numba compiles instead); one thread pool and one thread count whichever
+ran first."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import pytest
+from test_isolation import check_isolated
+
+from infiniop.backends.cpu import native, runtime
+
+pytestmark = pytest.mark.skipif(not native.ENABLED, reason="native loading is Linux x86-64 only")
+
+# Small tensors through every rearrange kernel kind, serial and parallel, NT and cached stores,
+# direct and staged transposes (thresholds forced to 0 below).
+WORKLOAD = """
+import sys
+import numpy as np, infiniop
+rng = np.random.default_rng(0)
+def check(x, pattern, want):
+    got = infiniop.rearrange(x, pattern)
+    want = np.ascontiguousarray(want)
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
+x = rng.standard_normal((3, 37, 45)).astype(np.float32)
+check(x, "b r c -> b c r", x.transpose(0, 2, 1))             # transpose
+check(x[:, :, ::2], "b r c -> b r c", x[:, :, ::2])           # units
+check(x, "b r c -> (b r c)", x.reshape(-1))                   # memcpy
+y = np.empty((45, 37 * 3 + 1), np.float32)[:, 1:]             # misaligned rows: staged
+infiniop.copy_(y.reshape(45, 3, 37).transpose(1, 2, 0), x)
+assert np.array_equal(y.reshape(45, 3, 37).transpose(1, 2, 0), x)
+h = x.astype(np.float16)
+check(h, "b r c -> b c r", h.transpose(0, 2, 1))
+from infiniop.backends.cpu import runtime
+print(sys.modules.get("numba") is not None, sys.modules.get("llvmlite") is not None,
+      runtime.num_threads())
+"""
+ENV = {"INFINIOP_PARALLEL_THRESHOLD": "0", "INFINIOP_NT_THRESHOLD_BYTES": "0"}
+
+
+def _run(cache, code=WORKLOAD, **env):
+    out = check_isolated(code, env={"INFINIOP_CACHE_DIR": str(cache), **ENV, **env}, prelude=False,
+                         timeout=600)
+    return out.strip().splitlines()[-1]
+
+
+def _objects(cache):
+    return sorted(glob.glob(os.path.join(cache, "k*", "native-*", "*.nko")))
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """A cache filled by one process that compiled the workload's kernels (with Numba)."""
+    cache = tmp_path_factory.mktemp("native") / "cache"
+    assert _run(cache) == f"True True {runtime.MAX_THREADS}"
+    return cache
+
+
+def test_cached_kernels_run_without_numba(compiled):
+    cache = compiled
+    stored = _objects(cache)
+    kinds = {os.path.basename(p).split(".")[1] for p in stored}
+    assert {"memcpy_parallel", "units_parallel", "transpose_parallel"} <= kinds, stored
+    # a fresh process: Numba is not even importable, the results are the same bits
+    no_numba = "import sys\nsys.modules['numba'] = sys.modules['llvmlite'] = None\n"
+    assert _run(cache, no_numba + WORKLOAD, NUMBA_NUM_THREADS="1").startswith("False False 1")
+    assert _objects(cache) == stored
+
+
+def test_damaged_objects_are_never_run(compiled, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(compiled, cache)
+    for path in _objects(cache):
+        with open(path, "r+b") as f:  # flip one byte of the machine code
+            f.seek(-100, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-100, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0xFF]))
+    assert _run(cache).startswith("True True")  # Numba ran instead (from its own cache)
+
+
+def test_thread_count_carries_over_to_numba(compiled):
+    cache = compiled
+    code = WORKLOAD + """
+runtime.set_num_threads(1)
+infiniop.sub(np.ones(8, np.float32), np.ones(8, np.float32))  # imports Numba (elementwise)
+import numba
+assert "numba" in sys.modules and numba.get_num_threads() == 1 == runtime.num_threads()
+big = rng.standard_normal((700, 900)).astype(np.float32)
+check(big, "a b -> b a", big.T)
+print("ok")
+"""
+    assert _run(cache, code) == "ok"
+
+
+def test_argument_types():
+    import numpy as np
+
+    sig = native.describe((np.empty(0, np.uint32), 3, True, 2.0, native.array(np.float16, 2),
+                           np.empty((3, 4)).T))
+    assert sig[1:4] == ("int64", "bool", "float64")
+    assert sig[0] == native.ArrayType(np.dtype(np.uint32), 1, "C")
+    assert sig[4] == native.ArrayType(np.dtype(np.float16), 2, "A")
+    assert sig[5].layout == "A"
+    with pytest.raises(TypeError):
+        native.describe(("text",))
+
+
+def test_machine_code_is_linked_once_per_process():
+    """Descriptors made again and again reuse their kernels' specialisations: nothing is
+    compiled or linked again (the memory soak would see it otherwise)."""
+    import numpy as np
+
+    import infiniop
+
+    h = infiniop.create_handle("cpu")
+    k = native.kernel("infiniop.backends.cpu.arrays", "address_of")
+    assert k is native.kernel("infiniop.backends.cpu.arrays", "address_of")
+    x = np.zeros((5, 7), np.float32)
+
+    def make():
+        d = infiniop.create_rearrange_descriptor(
+            h, infiniop.TensorDescriptor.from_array(x.T.copy().T), infiniop.TensorDescriptor.from_array(x))
+        d.calculate(np.empty((7, 5), np.float32).T, x)
+
+    make()
+    linked = len(native._KEEP)
+    specs = len(k._specs)
+    for _ in range(20):
+        make()
+    assert len(native._KEEP) == linked and len(k._specs) == specs
