@@ -196,8 +196,9 @@ def operator(name):
 
 
 def _run(name, x, dtype=None, result_bits=None):
-    """The function on ``x`` through the pipeline; with ``result_bits`` (the fp16/bf16 variants,
-    a hint the pipeline does not pass yet) through the prototype kernel of mathlib_support."""
+    """The function on ``x`` through the pipeline; with ``result_bits`` (the fp16/bf16 variants)
+    through the prototype kernel of mathlib_support (the pipeline passes the hint itself when
+    the output is fp16/bf16: see test_half_types_through_the_pipeline)."""
     if result_bits is None:
         return operator(name)(x)
     k = numba_kernel(getattr(mathlib, name), dtype, dtype, result_bits=result_bits)
@@ -239,14 +240,16 @@ PIPELINE_HALF = list(CASES) if LONG else ["silu", "erfinv"]
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 @pytest.mark.parametrize("name", PIPELINE_HALF)
 def test_half_types_through_the_pipeline(name, dt):
-    """fp16/bf16 operands: the framework computes in float32 and rounds once; the same bits as
-    the float32 operator rounded by NumPy (so test_half_types covers every function)."""
-    npdt = np.float16 if dt == "f16" else ml_dtypes.bfloat16
+    """fp16/bf16 operands: the framework computes in float32 and rounds once, with the result's
+    precision passed to mathlib (m.result_bits): the same bits as the float32 algorithm for that
+    precision rounded by NumPy (so test_half_types covers every function)."""
+    npdt, bits = (np.float16, 11) if dt == "f16" else (ml_dtypes.bfloat16, 8)
     x = np.arange(1 << 16, dtype=np.uint16).view(npdt)
     y = operator(name)(x)
     assert y.dtype == npdt
-    assert same_bits(y.astype(np.float32), operator(name)(x.astype(np.float32)).astype(npdt)
-                     .astype(np.float32))
+    x32 = x.astype(np.float32)
+    want = _run(name, x32, "f32", bits) if name in HALF_VARIANTS else operator(name)(x32)
+    assert same_bits(y.astype(np.float32), want.astype(npdt).astype(np.float32))
 
 
 @pytest.mark.parametrize("dt", ["f16", "bf16"])

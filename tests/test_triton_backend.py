@@ -92,10 +92,11 @@ def test_generated_kernels_follow_the_rules():
             assert banned not in src, (name, banned)
         params = body.split(")", 1)[0]
         assert "(" not in params and "tuple" not in params, name
+        loads = "tl.load(" in body  # ones/zeros read nothing
         if "-bfloat16-" in name:
-            assert "bf16_to_f32(" in body and "f32_to_bf16(" in body, name
+            assert ("bf16_to_f32(" in body or not loads) and "f32_to_bf16(" in body, name
         if "-float16-" in name:
-            assert ".to(tl.float32)" in body and ".to(tl.float16)" in body, name
+            assert (".to(tl.float32)" in body or not loads) and ".to(tl.float16)" in body, name
 
 
 def test_rank_is_specialised_not_limited():

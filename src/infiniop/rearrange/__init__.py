@@ -53,7 +53,8 @@ def copy_(dst, src):
         if desc is not None:
             # a broadcast src is not laid out as its descriptor (that has dst's shape): its
             # layout is the cache key's, so its memory holds what the descriptor reaches
-            desc.calculate(dst, src if src.shape == dst.shape else _descriptor._address(src))
+            desc.calculate(dst, src if src.shape == dst.shape
+                           else _descriptor._address_of(src.dtype, src.ndim)(src))
             return dst
     if is_dask(dst) or is_dask(src):  # dask_arrays.py
         return copy_dask(dst, src)
