@@ -131,8 +131,16 @@ class Expr:
     def __abs__(self): return unary("abs", self)
     def __invert__(self): return unary("invert", self)
 
-    def eq(self, o): return self._bin("eq", o)  # == is kept for identity; use m.eq / x.eq
+    def eq(self, o): return self._bin("eq", o)  # m.eq / x.eq: == cannot return an Expr here
     def ne(self, o): return self._bin("ne", o)
+
+    def __eq__(self, o):
+        raise TypeError("== on a traced value would compare the objects, not the values: "
+                        "use m.eq(x, y) (m.ne(x, y) for !=)")
+
+    def __ne__(self, o):
+        raise TypeError("!= on a traced value would compare the objects, not the values: "
+                        "use m.ne(x, y) (m.eq(x, y) for ==)")
 
     def __bool__(self):
         raise TypeError("an elementwise expression has no truth value here: "
