@@ -55,9 +55,16 @@ def _layout(x):
     return x.dtype, tuple(x.shape), tuple(x.stride())
 
 
+def _params_key(params: dict) -> tuple:
+    """Scalar parameters as a cache key, by type and repr: -0.0 and 0.0 (different bits, e.g.
+    hardtanh's bound picked for a -0.0 input) are two keys, and a value that cannot be hashed
+    (a list given by mistake) is looked up and then refused by create (BAD_PARAM)."""
+    return tuple(sorted((k, type(v).__name__, repr(v)) for k, v in params.items()))
+
+
 def _descriptor(spec, buffers, params: dict):
     """Create (or reuse) the descriptor for these operands' layouts and parameters."""
-    key = (spec, tuple(sorted(params.items()))) + tuple(_layout(a) for a in buffers)
+    key = (spec, _params_key(params)) + tuple(_layout(a) for a in buffers)
     hit = _descriptors.get(key)
     if hit is not None:
         try:
@@ -112,7 +119,7 @@ def _numpy_key(spec, args, out, params):
         return None
     key = [spec, None if out is None else (out.shape, out.strides, out.dtype)]
     if params:
-        key.append(tuple(sorted(params.items())))
+        key.append(_params_key(params))
     for a in args:
         if type(a) is not np.ndarray:
             return None
