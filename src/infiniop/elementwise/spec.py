@@ -118,19 +118,26 @@ class Param:
             raise InfiniError(Status.BAD_PARAM, f"{where} is required")
         if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
             raise InfiniError(Status.BAD_PARAM, f"{where} must be a real number, got {value!r}")
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:24]}... (an int of " \
+            f"{int(value).bit_length()} bits)"
+        integer = isinstance(value, int | np.integer)
+        try:
+            f = float(value)
+        except OverflowError:  # a Python int beyond float64
+            f = math.inf if value > 0 else -math.inf
         if self.dtype == "i64":
-            if not float(value).is_integer() or not -(2**63) <= int(value) < 2**63:
-                raise InfiniError(Status.BAD_PARAM, f"{where} must be an int64, got {value!r}")
+            if not (f.is_integer() or integer) or not -(2**63) <= int(value) < 2**63:
+                raise InfiniError(Status.BAD_PARAM, f"{where} must be an int64, got {shown}")
             v = np.int64(int(value))
         else:
-            v = _PARAM_TYPES[self.dtype](value)
-            if math.isfinite(float(value)) and not math.isfinite(float(v)):
-                raise InfiniError(Status.BAD_PARAM,
-                                  f"{where} = {value!r} overflows {self.dtype}")
+            with np.errstate(over="ignore"):
+                v = _PARAM_TYPES[self.dtype](f)
+            if (integer or math.isfinite(f)) and not math.isfinite(float(v)):
+                raise InfiniError(Status.BAD_PARAM, f"{where} = {shown} overflows {self.dtype}")
         if self.check is not None:
             msg = self.check(v)
             if msg:
-                raise InfiniError(Status.BAD_PARAM, f"{where} = {value!r}: {msg}")
+                raise InfiniError(Status.BAD_PARAM, f"{where} = {shown}: {msg}")
         return v
 
 
