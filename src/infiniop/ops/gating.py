@@ -2,7 +2,8 @@
 pass: g = -exp(A_log) * softplus(a + dt_bias, beta, threshold), beta_output = sigmoid(b).
 A_log and dt_bias have one value per head (the last dim) and broadcast."""
 
-from ..elementwise.spec import HALF_AND_SINGLE, Param, elementwise
+from ..elementwise.spec import HALF_AND_SINGLE, elementwise
+from .activation import SOFTPLUS
 
 
 def _gating(m, A_log, a, b, dt_bias, beta, threshold):
@@ -13,5 +14,5 @@ def _gating(m, A_log, a, b, dt_bias, beta, threshold):
 FUSED_GATED_DELTA_NET_GATING = elementwise(
     "fused_gated_delta_net_gating", ("A_log", "a", "b", "dt_bias"), HALF_AND_SINGLE, _gating,
     outputs=("g", "beta_output"), signatures="T, T, T, T -> f32, f32",
-    params=(Param("beta", "f32", 1.0), Param("threshold", "f32", 20.0)),
+    params=SOFTPLUS.params,  # softplus's beta and threshold, validated the same way
     doc="g = -exp(A_log) * softplus(a + dt_bias), beta_output = sigmoid(b)")
