@@ -203,8 +203,9 @@ def _param_decls(types) -> tuple[list[str], list[str], list[str]]:
     """(argument names, decode statements, value names) of the parameters."""
     names, lines, values = [], [], []
     for k, t in enumerate(types):
-        if t == "f32":
-            names.append(f"p{k}")
+        if t == "f32":  # a tensor under the interpreter too (there a float arg stays a float)
+            names.append(f"f{k}")
+            lines.append(f"p{k} = tl.full([], f{k}, tl.float32)")
             values.append(f"p{k}")
             continue
         names += [f"p{k}_hi", f"p{k}_lo"]
