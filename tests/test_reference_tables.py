@@ -30,6 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 import infiniop
 from infiniop import DType, TensorDescriptor
+from infiniop.dtype import to_torch
 
 F16, F32, BF16, I32, I64 = DType.F16, DType.F32, DType.BF16, DType.I32, DType.I64
 TORCH = {F16: torch.float16, F32: torch.float32, BF16: torch.bfloat16, I32: torch.int32,
@@ -76,21 +77,28 @@ def contiguous(shape):
 
 class HarnessTensor:
     """TestTensor: logical data with extent 1 on 0-stride dims, stored in a buffer of span
-    sum((n - 1) * stride) + 1 whose other bytes are CANARY, seen through as_strided."""
+    sum((n - 1) * stride) + 1 whose other bytes are CANARY, seen through as_strided.
+    ``value``: every element (mode="zeros"/"ones"); ``data``: a function of the logical shape
+    giving a torch tensor (mode="manual", randint ranges, scale/bias); else U[0, 1) for floats,
+    randint(-2e9, 2e9) for 32/64-bit integers."""
 
-    def __init__(self, shape, strides, dtype: DType, rng, *, value=None):
+    def __init__(self, shape, strides, dtype: DType, rng, *, value=None, data=None):
         self.shape, self.dtype = tuple(shape), dtype
         self.strides = contiguous(shape) if strides is None else tuple(strides)
         logical = tuple(1 if s == 0 else n for n, s in zip(self.shape, self.strides))
         span = sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1
         raw = torch.from_numpy(np.full(span * dtype.itemsize, CANARY, np.uint8))
-        self.buffer = raw.view(TORCH[dtype])
-        if value is not None:  # mode="zeros", bias=value
-            data = torch.full(logical, value, dtype=TORCH[dtype])
+        tdt = to_torch(dtype)
+        self.buffer = raw.view(tdt)
+        if value is not None:
+            data = torch.full(logical, value, dtype=tdt)
+        elif data is not None:
+            data = data(logical).to(tdt)
         elif dtype in (I32, I64):
-            data = torch.from_numpy(rng.integers(-2 * 10**9, 2 * 10**9, logical)).to(TORCH[dtype])
+            data = torch.from_numpy(rng.integers(-2 * 10**9, 2 * 10**9, logical)).to(tdt)
         else:
-            data = torch.from_numpy(rng.random(logical, dtype=np.float32)).to(TORCH[dtype])
+            data = torch.from_numpy(rng.random(logical, dtype=np.float32)).to(tdt)
+        self.data = data  # torch_tensor(): the logical values
         self.buffer.as_strided(logical, self.strides).copy_(data)
         self.tensor = self.buffer.as_strided(self.shape, self.strides)  # actual_tensor()
         self.covered = np.zeros(span, bool)
@@ -107,7 +115,8 @@ class HarnessTensor:
         t = self.tensor
         if t.dtype == torch.bfloat16:
             return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
-        return t.contiguous().numpy().copy()
+        a = t.contiguous().numpy().copy()
+        return a.view(np.uint8) if self.dtype is DType.BYTE else a
 
     def assert_gaps_untouched(self):
         raw = self.buffer.view(torch.uint8).numpy().reshape(-1, self.dtype.itemsize)

@@ -2,7 +2,7 @@
 
 Each test here is one test of the files in ``FILES`` (the elementwise operator table, the
 elementwise bad-input matrix, the reference library's sub/add/mul/clip tables, the catalogue
-table of InfiniCore's other elementwise operators, rearrange with
+table of InfiniCore's other elementwise operators and its scripts' tables, rearrange with
 the reference library's tables, and the Triton internals), run in an interpreter worker
 (see test_triton_harness.py) where
 the CPU handle is routed to ``create_handle("nvidia")``: the same operator table, layouts,
@@ -31,7 +31,8 @@ if os.environ.get("INFINIOP_TRITON_WORKER") == "1":
 from test_triton_harness import Runner, check, upcoming_ids  # noqa: E402
 
 FILES = ["tests/test_elementwise.py", "tests/test_elementwise_errors.py",
-         "tests/test_reference_tables.py", "tests/test_catalogue.py", "tests/test_rearrange.py",
+         "tests/test_reference_tables.py", "tests/test_catalogue.py",
+         "tests/test_reference_catalogue.py", "tests/test_rearrange.py",
          "tests/test_triton_kernels.py"]
 KEYWORD = "not large and not forced"
 
