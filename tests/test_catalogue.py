@@ -12,9 +12,14 @@ the result rounded once to the storage type: what a correct implementation of th
 correctly rounded functions gives.
 - ``exact`` rows (no math function: equal, ones/zeros, hardtanh, hardswish, reciprocal,
   addcmul, the BLAS-1 operators, swap/copy, dequant) are compared bit for bit (NaN as NaN).
-- the others within ``ulps`` per storage type (float32 2, fp16/bf16 1, float64 4), plus, for
-  gelu and gelutanh, ``|x| * eps`` (``1 + erf`` / ``1 + tanh`` cancels for x < -4: the formula
-  has no relative accuracy there, in torch as here). NaN where NaN, infinities exact.
+- the others within ``ulps`` per storage type (float32 2, 3 for a function times x, 4 for a
+  product of three; fp16/bf16 1; float64 4), plus, for gelu and gelutanh, ``|x| * eps``
+  (``1 + erf`` / ``1 + tanh`` cancels for x < -4: the formula has no relative accuracy there,
+  in torch as here). NaN where NaN, infinities exact.
+- while mathlib.py is a placeholder, the layout tests use its sigmoid formula and, on Triton,
+  check layout invariance (bit for bit against the contiguous call) for the functions that
+  are still helpers.py stand-ins; ``test_values`` uses the accurate functions and expects the
+  known shortfalls (strict xfail: the markers must go when the library lands).
 - torch references as InfiniCore's scripts compute them, with InfiniCore's tolerances, on the
   values those scripts draw (``test_torch_reference``); the scripts' own tables are in
   tests/test_reference_catalogue.py.
@@ -392,8 +397,8 @@ def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 
 def assert_close(got, want, ulps: int, atol=0.0, x=None) -> None:
-    """NaN where want is NaN, infinities exact, else within ``ulps`` or ``atol`` (``x``: an
-    input, shown for the failing elements)."""
+    """NaN where want is NaN, infinities exact, zeros with their sign, else within ``ulps`` or
+    ``atol`` (``x``: an input, shown for the failing elements)."""
     got, want = to_numpy(got), np.asarray(want)
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype,
                                                                 got.shape, want.shape)
@@ -403,6 +408,7 @@ def assert_close(got, want, ulps: int, atol=0.0, x=None) -> None:
         d = ulp_distance(got, want)
         ok = np.where(np.isnan(w) | np.isinf(w), (np.isnan(g) & np.isnan(w)) | (g == w),
                       ~np.isnan(g) & ((d <= ulps) | (np.abs(g - w) <= atol)))
+        ok &= (w != 0) | (np.signbit(g) == np.signbit(w)) | (atol > 0)
     if not ok.all():
         idx = [tuple(i) for i in np.argwhere(~ok)[:5]]
         try:
