@@ -89,7 +89,7 @@ _erf64 = np.vectorize(math.erf, otypes=[np.float64])
 def _erfinv64(y):
     """erfinv in float64: Winitzki's approximation refined by 4 Newton steps on math.erf (to
     ~1 ulp of float64 for |y| <= 0.9), mpmath beyond (where erf is too flat for Newton)."""
-    y = np.asarray(y, np.float64)
+    shape, y = np.shape(y), np.atleast_1d(np.asarray(y, np.float64))
     with np.errstate(all="ignore"):
         w = np.log((1 - y) * (1 + y))
         t = 2 / (np.pi * 0.147) + w / 2
@@ -100,7 +100,7 @@ def _erfinv64(y):
         x[far] = [_erfinv_mp(v) for v in y[far]]
         x = np.where(y == 0, y, x)  # keeps -0.0
         x = np.where(np.abs(y) == 1, y * INF, x)
-        return np.where(np.isnan(y) | (np.abs(y) > 1), NAN, x)
+        return np.where(np.isnan(y) | (np.abs(y) > 1), NAN, x).reshape(shape)
 
 
 _F64 = {  # float64 evaluations of the math functions (NumPy, math, mpmath)
@@ -326,7 +326,7 @@ TABLE = [
     Entry("axpy", lambda r, alpha, x, y: alpha * x + y, exact=True, shape=(13,),
           shapes=lambda s: {"alpha": ()}, full=("f32",)),
     Entry("scal", lambda r, alpha, x: alpha * x, exact=True, shape=(13,),
-          shapes=lambda s: {"alpha": (1,)}),
+          shapes=lambda s: {"alpha": (1,) if s else ()}),
     Entry("rot", lambda r, x, y, c, s: (c * x + s * y, c * y - s * x), exact=True, shape=(13,),
           shapes=lambda s: {"c": (), "s": ()}, full=("bf16",)),
     Entry("rotm", _rotm, exact=True, shape=(13,), shapes=lambda s: {"param": (5,)},

@@ -5,8 +5,10 @@ Shapes have 0 to 8 dims with extents 0, 1, 2, 3 (0 and 1 extents included); ever
 random view inside a CANARY-filled buffer: any memory order (transposes), steps, negative steps,
 padding, 0-stride broadcast dims and NumPy broadcasting (size-1 and missing leading dims) for
 inputs, and sometimes an output that aliases an input exactly (in place). Each call is compared
-with NumPy (elementwise: the operator on float64 values rounded like the library promises;
-rearrange: ``np.copyto``), and no byte outside the output may change.
+with NumPy (elementwise: the operator on float64 values rounded like the library promises, the
+catalogue operators through tests/test_catalogue.py's references; rearrange: ``np.copyto``),
+and no byte outside the outputs may change. Operands of their own shape (BLAS scalars,
+rotm's param, the gating's heads, silu_and_mul's [..., 2d] input) keep it on a random view.
 
 test_elementwise.py covers layouts up to 3 dims for two operators; test_rearrange.py up to 6
 dims. In CI each operator runs a few float32 examples (each new layout class JIT-compiles a
@@ -23,6 +25,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_catalogue import ENTRY as CATALOGUE
+from test_catalogue import check_results
+from test_catalogue import reference as catalogue_reference
 from test_fuzz_descriptors import reference, small_values
 from test_robustness import Buffer
 
@@ -64,58 +69,88 @@ def strided(draw, shape, *, broadcast_ok: bool):
     return tuple(strides)
 
 
+def _signature(draw, spec, dtypes):
+    """A signature whose first written operand has one of ``dtypes`` (CI: float32; where no
+    signature writes float32, equal's bool, the one with the most float32 operands)."""
+    w = next(k for k, o in enumerate(spec.operands) if o.writes)
+    sigs = [s for s in spec.signatures if s.dtypes[w] in dtypes]
+    if not sigs:
+        return max(spec.signatures, key=lambda s: sum(d is DType.F32 for d in s.dtypes))
+    return draw(st.sampled_from(sigs))
+
+
 @st.composite
 def elementwise_case(draw, spec, dtypes):
-    out_dtype = draw(st.sampled_from(dtypes))
+    """Per operand (C order): (dtype, shape, strides) of a random view; outputs get None and
+    their own random strides; operands of their own shape (alpha, param, A_log...) keep it."""
+    sig = _signature(draw, spec, dtypes)
+    ops = spec.operands
     shape = draw(shapes())
-    ins = []
-    full = draw(st.integers(0, spec.arity - 1))  # one input has the output's shape
-    for k in range(spec.arity):
-        dt = spec.input_dtype(k, out_dtype)
-        kind = "view" if k == full else draw(st.sampled_from(["view", "numpy_broadcast"]))
-        if kind == "numpy_broadcast":
+    if spec.name == "silu_and_mul" and not shape:
+        shape = (1,)  # the input is [..., 2d]: at least one dim
+    own = CATALOGUE[spec.name].own_shapes(shape) if spec.name in CATALOGUE else {}
+    plain = [k for k, o in enumerate(ops) if o.role == "in" and o.name not in own]
+    keeps = any(o.role == "inout" for o in ops) or not plain
+    full = None if keeps else draw(st.sampled_from(plain))  # one input has the output's shape
+    operands = []
+    for k, o in enumerate(ops):
+        dt = sig.dtypes[k]
+        if o.role == "out":
+            operands.append((dt, shape, draw(strided(shape, broadcast_ok=False)), None))
+            continue
+        if o.name in own:
+            in_shape = own[o.name]
+        elif o.role == "in" and k != full and draw(st.booleans()):  # NumPy broadcasting
             lead = draw(st.integers(0, len(shape)))
             in_shape = tuple(1 if draw(st.booleans()) else n for n in shape[lead:])
         else:
             in_shape = shape
-        ins.append((dt, in_shape, draw(strided(in_shape, broadcast_ok=True))))
-    out_strides = draw(strided(shape, broadcast_ok=False))
-    inplace = draw(st.sampled_from([None] + list(range(spec.arity))))
-    return out_dtype, shape, out_strides, ins, inplace, draw(st.integers(0, 2**32 - 1))
+        operands.append((dt, in_shape, draw(strided(in_shape, broadcast_ok=o.role == "in")),
+                         o.role))
+    inplace = draw(st.sampled_from([None] + plain))
+    return sig, shape, operands, inplace, draw(st.integers(0, 2**32 - 1))
 
 
 def run_elementwise(spec, case):
-    out_dtype, shape, out_strides, ins, inplace, seed = case
+    sig, shape, operands, inplace, seed = case
+    ops = spec.operands
     rng = np.random.default_rng(seed)
     bufs = []
-    for k, (dt, in_shape, st_) in enumerate(ins):
-        b = Buffer(spec.inputs[k], TD(dt, in_shape, st_))
-        b.view()[...] = small_values(dt, prod(in_shape), rng).reshape(in_shape)
-        b.snapshot()
+    for o, (dt, in_shape, st_, role) in zip(ops, operands):
+        b = Buffer(o.name, TD(dt, in_shape, st_))
+        if role is not None:
+            b.view()[...] = small_values(dt, prod(in_shape), rng).reshape(in_shape)
+            b.snapshot()
         bufs.append(b)
-    logical = [np.array(np.broadcast_to(b.view(), shape)) for b in bufs]
-    want = reference(spec.name, out_dtype, logical)
-    alias = None
-    if inplace is not None:  # only an input that can be the output: same dtype, full shape,
-        dt, in_shape, st_ = ins[inplace]  # no broadcast dim
-        if dt is out_dtype and in_shape == shape and all(
+    out_k = [k for k, o in enumerate(ops) if o.role == "out"]
+    if inplace is not None and out_k:  # an input that can be the output: same dtype, the
+        dt, in_shape, st_, _ = operands[inplace]  # output's shape, no broadcast dim
+        if dt is sig.dtypes[out_k[0]] and in_shape == shape and all(
                 s != 0 or n <= 1 for s, n in zip(st_, shape)):
-            alias = inplace
-    if alias is not None:
-        o = bufs[alias]
-        out_desc = o.desc
+            bufs[out_k[0]] = bufs[inplace]
+    reads = [k for k, o in enumerate(ops) if o.reads]
+    logical = [np.array(bufs[k].view()) for k in reads]
+    if spec.name in CATALOGUE:
+        entry = CATALOGUE[spec.name]
+        want = catalogue_reference(entry, sig, logical, {p.name: p.default for p in spec.params})
     else:
-        out_desc = TD(out_dtype, shape, out_strides)
-        o = Buffer("out", out_desc)
-    desc = spec.create_descriptor(H, out_desc, *[b.desc for b in bufs])
-    desc.calculate(None, o.view(), *[b.view() for b in bufs])
-    got = o.view()
-    assert np.array_equal(got, want, equal_nan=out_dtype.is_float), \
-        f"{spec.name} {out_desc} {[b.desc for b in bufs]}:\n{got}\nwant\n{want}"
-    for b in bufs + ([o] if alias is None else []):
-        writable = b is o
-        stray = b.changed() & ~(b.covered() if writable else np.zeros(b.raw.size, bool))
-        assert not stray.any(), f"bytes of '{b.name}' outside the output changed"
+        out_dtype = sig.dtypes[out_k[0]]
+        want = [reference(spec.name, out_dtype, [np.array(np.broadcast_to(x, shape))
+                                                 for x in logical])]
+    desc = spec.create_descriptor(H, *[b.desc for b in bufs])
+    desc.calculate(None, *[b.view() for b in bufs])
+    what = f"{spec.name} {[b.desc for b in bufs]}"
+    if spec.name in CATALOGUE:
+        check_results(entry, sig, [b.view() for b in bufs], want, logical[0])
+    else:
+        got = bufs[out_k[0]].view()
+        assert np.array_equal(got, want[0], equal_nan=got.dtype.kind == "f"), \
+            f"{what}:\n{got}\nwant\n{want[0]}"
+    written = {id(bufs[k]) for k, o in enumerate(ops) if o.writes}
+    for b in {id(b): b for b in bufs}.values():
+        allowed = b.covered() if id(b) in written else np.zeros(b.raw.size, bool)
+        assert not (b.changed() & ~allowed).any(), f"{what}: bytes of '{b.name}' outside " \
+                                                   "the outputs changed"
 
 
 def _budget(ci, long):
