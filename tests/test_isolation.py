@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 LONG = os.environ.get("INFINIOP_LONG") == "1"  # --long: every operator, not representatives
+TESTS = os.path.dirname(os.path.abspath(__file__))  # for children that use test helpers
 
 # Prepended to every child script: the same imports and a tiny assertion helper.
 PRELUDE = """\
@@ -105,14 +106,15 @@ def test_raw_addresses_every_elementwise_operator():
     check_isolated(f"""
     from infiniop.ops import ALL, ADD, CLIP, NEG, WHERE
     rng = np.random.default_rng(1)
-    # parallel and tiled kernels: every arity and the bool operand (every operator with --long)
-    big_ops = ALL if {LONG} else [NEG, ADD, CLIP, WHERE]
     ref = {{"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
            "maximum": np.maximum, "minimum": np.minimum, "neg": np.negative, "abs": np.abs,
            "relu": lambda x: np.maximum(x, np.float32(0)), "where": np.where,
            "clip": lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi)}}
+    # parallel and tiled kernels: every arity and the bool operand (every such operator with
+    # --long); the catalogue's operators (any operand roles) below
+    big_ops = [s for s in ALL if s.name in ref] if {LONG} else [NEG, ADD, CLIP, WHERE]
     for n in (37, 300_001):  # serial and parallel kernels
-        for spec in (ALL if n < 1000 else big_ops):
+        for spec in ([s for s in ALL if s.name in ref] if n < 1000 else big_ops):
             dts = [spec.input_dtype(k, DType.F32) for k in range(spec.arity)]
             ins = [rng.random(n) < 0.5 if d is DType.BOOL else
                    (rng.integers(1, 26, n) * rng.choice([-1, 1], n)).astype(np.float32) for d in dts]
@@ -132,6 +134,35 @@ def test_raw_addresses_every_elementwise_operator():
             o = np.zeros((m, m), np.float32)
             desc.calculate(None, o.ctypes.data, *[x.ctypes.data for x in sq])
             assert np.array_equal(o.T, ref[spec.name](*sq).astype(np.float32)), spec.name
+    sys.path.insert(0, {TESTS!r})
+    from test_catalogue import ENTRY, check_results, reference
+    n = 37
+    for e in ENTRY.values():  # every operand in a guarded buffer, passed as its raw address
+        spec = e.spec
+        sig = max(spec.signatures, key=lambda s: sum(d is DType.F32 for d in s.dtypes))
+        shapes = [e.own_shapes((n,)).get(o.name, (n,)) for o in spec.operands]
+        raws, views = [], []
+        for o, d, shp in zip(spec.operands, sig.dtypes, shapes):
+            k = int(np.prod(shp))
+            raw = np.full((k + 32) * d.itemsize, 0xA5, np.uint8)
+            v = raw[16 * d.itemsize:(k + 16) * d.itemsize].view(d.numpy).reshape(shp)
+            if o.reads:
+                v[...] = (rng.random(shp) < 0.5 if d is DType.BOOL else
+                          rng.integers(1, 9, shp) * rng.choice([-1, 1], shp)).astype(d.numpy)
+            raws.append(raw)
+            views.append(v)
+        before = [r.copy() for r in raws]
+        want = reference(e, sig, [np.array(v) for o, v in zip(spec.operands, views) if o.reads],
+                         {{p.name: p.default for p in spec.params}})
+        desc = spec.create_descriptor(h, *[TD(d, shp) for d, shp in zip(sig.dtypes, shapes)])
+        desc.calculate(None, *[v.ctypes.data for v in views])
+        check_results(e, sig, views, want, views[0])
+        for o, d, r, b in zip(spec.operands, sig.dtypes, raws, before):
+            g = 16 * d.itemsize
+            if o.writes:
+                assert (r[:g] == b[:g]).all() and (r[-g:] == b[-g:]).all(), spec.name
+            else:
+                assert (r == b).all(), spec.name
     print("ok")
     """)
 
@@ -188,25 +219,35 @@ def test_huge_reach_descriptor_on_small_arrays_is_refused(path):
     (2, 2) array is refused for its strides, a (64,) one for its shape."""
     check_isolated(f"""
     from infiniop.ops import ALL, ADD, CLIP, NEG, WHERE
+    sys.path.insert(0, {TESTS!r})
+    from test_catalogue import ENTRY
     # every arity and the bool operand (the launchers come from one template); all with --long
     ops = ALL if {LONG} or "{path}" == "general" else [NEG, ADD, CLIP, WHERE]
     class Sub(np.ndarray):  # not exactly ndarray: takes the general (Python) path
         pass
     wrap = (lambda a: a) if "{path}" == "numpy" else (lambda a: a.view(Sub))
     for spec in ops:  # (2, 2) layouts: one kernel variant per operator whichever operand is huge
-        dts = [DType.F32] + [spec.input_dtype(k, DType.F32) for k in range(spec.arity)]
+        sig = max(spec.signatures, key=lambda s: sum(d is DType.F32 for d in s.dtypes))
+        dts = sig.dtypes
+        own = ENTRY[spec.name].own_shapes((2, 2)) if spec.name in ENTRY else {{}}
+        shapes = [own.get(o.name, (2, 2)) for o in spec.operands]  # alpha (), param (5,)...
         for j in range(len(dts)):
-            descs = [TD(d, (2, 2), ({HUGE_BYTES} // d.itemsize, 1)) if i == j else TD(d, (2, 2))
-                     for i, d in enumerate(dts)]
+            if not shapes[j] or shapes[j][0] != 2:
+                continue  # a 0-d/one-element dim has no second element; param (5,) spans more
+            big = ({HUGE_BYTES} // dts[j].itemsize,) + (1,) * (len(shapes[j]) - 1)
+            descs = [TD(d, s, big) if i == j else TD(d, s)
+                     for i, (d, s) in enumerate(zip(dts, shapes))]
             desc = spec.create_descriptor(h, *descs)
             bufs = [np.zeros(64, d.numpy) for d in dts]
-            for sl in (slice(None, 4), slice(32, 36), slice(None, None, -1)):
-                arrays = [wrap(b[:4].reshape(2, 2)) for b in bufs]  # laid out as described
-                arrays[j] = wrap(bufs[j][sl][:4].reshape(2, 2))
+            for sl in (slice(None), slice(32, None), slice(None, None, -1)):
+                # every operand laid out as described, the huge one as a small array
+                arrays = [wrap(b[:int(np.prod(s))].reshape(s)) for b, s in zip(bufs, shapes)]
+                arrays[j] = wrap(bufs[j][sl][:int(np.prod(shapes[j]))].reshape(shapes[j]))
                 expect_error(Status.BAD_TENSOR_STRIDES, desc.calculate, None, *arrays)
                 arrays[j] = wrap(bufs[j][sl])
                 expect_error(Status.BAD_TENSOR_SHAPE, desc.calculate, None, *arrays)
-            assert not bufs[0].any(), (spec.name, j)
+            written = [b for o, b in zip(spec.operands, bufs) if o.writes]
+            assert not any(b.any() for b in written), (spec.name, j)
     print("ok")
     """)
 
