@@ -309,7 +309,7 @@ def _times_sigmoid(m, a, x, v, vl=None):
     return (y * f) * m.where(pos, _c(m, 1.0, x), 2.0 ** -T.scale_split)
 
 
-def silu(m, x):
+def _silu(m, x):
     if _half_result(m, x):
         return m.where(x > _consts(x).sig_hi, x,
                        _sigmoid_half(m, x, lambda xc, t: m.where(xc >= 0.0, xc, xc * t)))
@@ -327,7 +327,7 @@ def swiglu(m, a, b):
     return m.where(m.abs(b) < 2.0 ** -30, (a * 0.5) * b, y)
 
 
-def quickgelu(m, x):
+def _quickgelu(m, x):
     """x * sigmoid(1.702 x), 1.702 x exact as a double-float."""
     T = _consts(x)
     kh, kl = T.quickgelu_k
@@ -337,7 +337,7 @@ def quickgelu(m, x):
     return m.where(x > hi, x, _times_sigmoid(m, None, xc, vh, m.fma(xc, kl, ve)))
 
 
-def gelu_tanh(m, x):
+def _gelu_tanh(m, x):
     """x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) = x * sigmoid(x (c1 + c2 x^2)), with
     c1 = 2 sqrt(2/pi), c2 = 0.044715 c1: no cancellation for x < 0; v = x (c1 + c2 x^2) is
     kept as a double-float (sigmoid(v) is sensitive to v's absolute error)."""
@@ -356,7 +356,7 @@ def gelu_tanh(m, x):
     return m.where(x > hi, x, y)
 
 
-def hardswish(m, x):
+def _hardswish(m, x):
     """x * min(max(x + 3, 0), 6) / 6: x (x + 3) / 6 rounded once inside (-3, 3)."""
     xc = _clamp(m, x, -3.0, 3.0)
     sh, se = _fast_two_sum(_c(m, 3.0, x), xc)
@@ -381,6 +381,8 @@ def softplus(m, x, beta=1.0, threshold=20.0):
     one = isinstance(beta, int | float) and beta == 1
     zh, zl = (x, None) if one else _two_prod(m, x, beta if not isinstance(beta, int | float)
                                               else _c(m, beta, x))
+    if zl is not None:  # the error term of beta x: none where -|beta x| is clamped below (it
+        zl = m.where(m.abs(zh) <= -T.sig_lo, zl, _c(m, 0.0, x))  # is huge or NaN there)
     az = m.abs(zh)
     neg = -az
     t, s, sl = _exp_core(m, _clamp(m, neg, T.sig_lo, 0.0),
@@ -571,7 +573,7 @@ def log10(m, x):
     return _log_specials(m, x, _mul_df(m, a, lo, *_consts(x).log10e))
 
 
-def log1p(m, x):
+def _log1p(m, x):
     uh, ul = _two_sum(_c(m, 1.0, x), x)
     a, lo = _log_core(m, m.where(uh > 0.0, uh, 1.0), ul)
     return _log_specials(m, uh, a + lo)
@@ -786,7 +788,7 @@ _F64_SQRT2 = _hex("0x1.6a09e667f3bcdp+0")
 _F64_SQRT_HALF = _hex("0x1.6a09e667f3bcdp-1")
 
 
-def gelu(m, x):
+def _gelu(m, x):
     """x * Phi(x) = x * erfc(-x / sqrt 2) / 2 (the erf form).
 
     float32: Phi(-|x|) = exp(-x^2/2) F(z) / 2, z = |x| / sqrt 2, with exp(-x^2/2) a float32
@@ -911,6 +913,41 @@ def _erfinv_f64(m, x):
 # ---------------------------------------------------------------------------- the m namespace
 
 # m.<name> looks here first (expr.Math); the rest falls back to the backend's libm.
+
+# ------------------------------------------------------------------------ odd at 0: f(-0) = -0
+# log1p, silu and the activations built like x * f(x) have f(+-0) = +-0 (as torch and libm
+# give); their double-float arithmetic rounds -0 to +0 (1 + -0, hi + lo), so the sign is
+# taken back from x.
+
+
+def _keep_zero(m, x, y):
+    return m.where(m.eq(x, 0.0), x, y)
+
+
+def log1p(m, x):
+    return _keep_zero(m, x, _log1p(m, x))
+
+
+def silu(m, x):
+    return _keep_zero(m, x, _silu(m, x))
+
+
+def quickgelu(m, x):
+    return _keep_zero(m, x, _quickgelu(m, x))
+
+
+def gelu(m, x):
+    return _keep_zero(m, x, _gelu(m, x))
+
+
+def gelu_tanh(m, x):
+    return _keep_zero(m, x, _gelu_tanh(m, x))
+
+
+def hardswish(m, x):
+    return _keep_zero(m, x, _hardswish(m, x))
+
+
 FUNCTIONS: dict = {f.__name__: f for f in (
     exp, exp2, expm1, log, log2, log10, log1p, atanh, tanh, sigmoid, silu, swiglu, quickgelu,
     gelu, gelu_tanh, hardswish, reciprocal, softplus, erf, erfc, erfinv)}
