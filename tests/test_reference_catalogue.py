@@ -27,13 +27,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_exact
-from test_catalogue import ENTRY, ON_TRITON, check_results, expected
+from test_catalogue import ENTRY, check_results, expected
 from test_reference_tables import HarnessTensor
 
 import infiniop
 from infiniop import DType
 from infiniop.dtype import to_torch
-from infiniop.elementwise import mathlib
 
 F16, BF16, F32, F64 = DType.F16, DType.BF16, DType.F32, DType.F64
 I8, I16, I32, I64, U8, BOOL, BYTE = (DType.I8, DType.I16, DType.I32, DType.I64, DType.U8,
@@ -204,10 +203,8 @@ def promised(handle, op: str, tensors, before: list, params: dict, x=None):
         return
     sig = entry.spec.match(tuple(None if t is None else t.dtype for t in tensors))
     ins = [b for o, b in zip(ops, before) if o.reads and b is not None]
-    written = [t for o, t in zip(ops, tensors) if o.writes]
-    shape = written[0].shape
     after = [None if t is None else t.logical() for t in tensors]
-    check_results(entry, sig, after, expected(handle, entry, sig, ins, shape, params),
+    check_results(entry, sig, after, expected(entry, sig, ins, params),
                   ins[0] if x is None else x)
 
 
@@ -333,11 +330,6 @@ SP6 = [(1, 3), (3, 3), (32, 20, 512), (33, 333, 333), (2, 16, 112, 112), (3, 3, 
 FULL_SIZE = (32, 256, 112, 112)  # the script's own row, capped above
 
 
-# softplus's float32 tolerance (1e-7) is about one ulp: Triton's stand-in log1p (up to 4 ulp;
-# see test_catalogue.stand_in) misses it on the larger rows until mathlib.py defines log1p.
-STAND_IN_LOG1P = ON_TRITON and "log1p" not in mathlib.FUNCTIONS
-
-
 def _sp_runs():
     for op in ("softplus", "relu"):
         for shape in SP6 + [FULL_SIZE]:
@@ -345,10 +337,6 @@ def _sp_runs():
                 for dt in (F16, F32, BF16):
                     big = "-large" if prod(shape) > LARGE else ""
                     marks = [pytest.mark.long] if shape == FULL_SIZE else []
-                    if op == "softplus" and dt is F32 and prod(shape) > 9:
-                        marks.append(pytest.mark.xfail(
-                            STAND_IN_LOG1P, strict=True,
-                            reason="Triton's stand-in log1p: beyond 1e-7 on float32"))
                     yield pytest.param(op, shape, mode, dt, marks=marks,
                                        id=f"{op}-{'x'.join(map(str, shape))}-{mode}-"
                                           f"{dt.short_name}{big}")
