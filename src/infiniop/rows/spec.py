@@ -413,17 +413,55 @@ def _trace(spec: RowSpec, sig: sigs.Signature, present: tuple[bool, ...]) -> Row
 
 def _replace(root: Expr, old: Expr, new: Expr) -> Expr:
     """``root`` with every use of node ``old`` replaced by ``new``."""
-    memo: dict[int, Expr] = {id(old): new}
-    for nd in topo([root]):
+    return substitute([root], {id(old): new})[0]
+
+
+def substitute(roots, mapping: dict[int, Expr]) -> list[Expr]:
+    """``roots`` with the nodes whose ids are in ``mapping`` replaced (shared nodes stay shared)."""
+    memo = dict(mapping)
+    for nd in topo(roots):
         if id(nd) in memo:
             continue
-        if nd.op in ("input", "param", "const"):
+        if nd.op in _LEAVES:
             memo[id(nd)] = nd
             continue
         args = tuple(memo[id(a)] if isinstance(a, Expr) else a for a in nd.args)
         memo[id(nd)] = nd if all(x is y for x, y in zip(args, nd.args)) else Expr(nd.op, args,
                                                                                    nd.dtype)
-    return memo[id(root)]
+    return [memo[id(r)] for r in roots]
+
+
+def hoist(roots, per_element, first: int) -> tuple[list[Expr], list[Expr]]:
+    """Split ``roots`` into the values that are the same for every element of a row and the
+    rest: returns (invariant values, roots with those replaced by input leaves ``first``,
+    ``first + 1``, ...). ``per_element(k)`` says whether input leaf k varies along the row. A
+    backend computes the invariant values once per row (same operations, same bits)."""
+    elem: dict[int, bool] = {}
+    order = topo(roots)
+    for nd in order:
+        if nd.op == "input":
+            elem[id(nd)] = per_element(nd.args[0])
+        elif nd.op in _LEAVES:
+            elem[id(nd)] = False
+        else:
+            elem[id(nd)] = any(elem[id(a)] for a in nd.args if isinstance(a, Expr))
+    inv: list[Expr] = []
+    seen: set[int] = set()
+
+    def keep(a: Expr) -> None:
+        if not elem[id(a)] and a.op not in _LEAVES and id(a) not in seen:
+            seen.add(id(a))
+            inv.append(a)
+
+    for nd in order:
+        if elem[id(nd)] and nd.op not in _LEAVES:
+            for a in nd.args:
+                if isinstance(a, Expr):
+                    keep(a)
+    for r in roots:
+        keep(r)
+    mapping = {id(a): Expr("input", (first + i,), a.dtype) for i, a in enumerate(inv)}
+    return inv, substitute(roots, mapping)
 
 
 # ------------------------------------------------------------------------------- definer

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from ...rows.spec import IDENTITY, LANES
+from ...rows.spec import IDENTITY, LANES, hoist
 from .codegen import load_module
 from .elementwise_kernels import NP, PRELUDE, STORAGE, _const, _load, _store, render_body
 
@@ -65,6 +65,18 @@ class _Gen:
 
     def render(self, roots, names: list[str], prefix: str):
         return _render(roots, names, len(self.params), prefix)
+
+    def hoisted(self, indent: str, roots, names: list[str], prefix: str):
+        """Emit the per-row values of ``roots`` at ``indent`` (once per row); returns the roots
+        and names to render per element."""
+        p = self.p
+        inv, roots = hoist(roots, lambda k: k < p.nelem or k == p.cache, len(names))
+        if not inv:
+            return roots, names
+        lines, outs = self.render(inv, names, prefix)
+        for line in lines:
+            self.e(indent + line)
+        return roots, names + outs
 
     # -- names -------------------------------------------------------------------------------------
     def names(self, stat: str, cache: str) -> list[str]:
@@ -152,12 +164,13 @@ class _Gen:
             for k in range(k0, k0 + len(stage)):
                 e(f"{I}for l in range(lp):")
                 e(f"{I}    acc{k}[l] = {_const(IDENTITY[self.reds[k].op], self.reds[k].dtype)}")
+            roots, inames = self.hoisted(I, roots, names, f"h{s}_")
             e(f"{I}for c0 in range(0, v, lp):")
             e(f"{I}    for l in range(min(lp, v - c0)):")
             J = I + "        "
             e(f"{J}j = c0 + l")
             self.loads(J, _used(roots, p.nelem), lambda j: True)
-            lines, outs = self.render(roots, names, f"s{s}_")
+            lines, outs = self.render(roots, inames, f"s{s}_")
             for line in lines:
                 e(J + line)
             for i, r in enumerate(stage):
@@ -181,6 +194,7 @@ class _Gen:
         outs_j = [j for j in range(self.ns) if self.slots[j].store is not None
                   and self.kinds[j] == "row"]
         roots = [p.results[self.slots[j].store] for j in outs_j]
+        roots, names = self.hoisted(I, roots, names, "ho_")
         used = _used(roots, p.nelem)
 
         def loop(indent: str, rng: str, nt: bool) -> None:
