@@ -37,6 +37,7 @@ from .ops import ALL as _OPERATORS
 from .rearrange import copy_, create_rearrange_descriptor, rearrange
 from .rows import RowDescriptor, RowSpec, row_operator
 from .rows.ops import ADD_RMS_NORM, CAUSAL_SOFTMAX, LAYER_NORM, LOGSOFTMAX, RMS_NORM, SOFTMAX
+from .rows.rope import create_rope_descriptor, rope
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
 
@@ -66,7 +67,8 @@ __all__ = [
     "RowDescriptor", "RowSpec", "row_operator", "rms_norm", "add_rms_norm", "layer_norm",
     "softmax", "causal_softmax", "logsoftmax", "create_rms_norm_descriptor",
     "create_add_rms_norm_descriptor", "create_layer_norm_descriptor", "create_softmax_descriptor",
-    "create_causal_softmax_descriptor", "create_logsoftmax_descriptor",
+    "create_causal_softmax_descriptor", "create_logsoftmax_descriptor", "rope",
+    "create_rope_descriptor",
     "DType", "Device", "Handle", "InfiniError", "Status", "TensorDescriptor",
     "bfloat16", "bool_", "create_handle", "create_tensor_descriptor", "float16", "float32",
     "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -28,3 +28,10 @@ def row_kernel(info, handle=None):
     from .rows import RowKernel
 
     return RowKernel(info)
+
+
+def rope_kernel(info, handle=None):
+    """The rope kernel for a planned call (see rope.py)."""
+    from .rope import RopeKernel
+
+    return RopeKernel(info)

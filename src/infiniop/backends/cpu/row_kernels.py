@@ -331,42 +331,38 @@ class _Gen:
             e(f"{I}for c in range(cw):")
             self.stat_outputs(I + "    ", "[c]", "c * i{j}")
 
-    # -- array launchers ---------------------------------------------------------------------------
-    def launchers(self, operands: list[int], pairs: list[tuple[int, int]]) -> None:
-        """As elementwise_kernels' launchers: meta (int64) is [n, per_task, cfg] then per operand
-        reach_lo, reach_hi (bytes), per slot its origin (bytes), per pair 'aliasable'; returns 0
-        (done), 1 + u (operand u not laid out as its descriptor) or 100 + pair (overlap)."""
-        nops = len(operands)
-        names = [f"a{u}" for u in range(nops)]
-        base, slot_base = 3, 3 + 2 * nops
-        pair_base = slot_base + self.ns
-        pos = {op: u for u, op in enumerate(operands)}
-        for par in (False, True):
-            fname = "launch_parallel" if par else "launch_serial"
-            e = self.e
-            e("\n\n@njit(**OPTS)")
-            e(f"def {fname}({', '.join(names + self.params)}, meta, layouts, shape, strides, astr):")
-            for u, nm in enumerate(names):
-                e(f"    if {nm}.ndim != layouts[{u}, 0]:")
-                e(f"        return {1 + u}")
-                e(f"    for d in range({nm}.ndim):")
-                e(f"        m = {nm}.shape[d]")
-                e(f"        if m != layouts[{u}, 1 + d] or (m != 1 and {nm}.strides[d] != "
-                  f"layouts[{u}, 1 + {nm}.ndim + d]):")
-                e(f"            return {1 + u}")
-                e(f"    b{u} = {nm}.ctypes.data")
-            for q, (w, k) in enumerate(pairs):
-                lw, hw, lk, hk = base + 2 * w, base + 2 * w + 1, base + 2 * k, base + 2 * k + 1
-                e(f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
-                  f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):")
-                e(f"        if not (b{w} == b{k} and meta[{pair_base + q}] == 1):")
-                e(f"            return {100 + q}")
-            ptrs = ", ".join(f"b{pos[s.operand]} + meta[{slot_base + j}]"
-                             for j, s in enumerate(self.slots))
-            extra = "".join(f", {x}" for x in self.params)
-            fn = "parallel" if par else "serial"
-            e(f"    {fn}({ptrs}{extra}, meta[0], shape, strides, astr, meta[1], meta[2])")
-            e("    return 0")
+def launchers(emit, nops: int, params: list[str], pairs, extras: str, call: str) -> None:
+    """``launch_serial``/``launch_parallel(a0.., *params, meta, layouts, *extras)``: the NumPy
+    fast path's entry, as elementwise_kernels' launchers. Each array must be laid out as its
+    descriptor (``layouts`` row u: ndim, shape, byte strides) and the (written, other) ``pairs``
+    must not overlap unless exactly aliasable; ``meta`` (int64) holds 3 kernel sizes, then per
+    operand reach_lo, reach_hi (bytes), then per slot its origin (bytes), then per pair
+    'aliasable'. ``call`` is the argument list of the kernel (arrays' addresses are ``b<u>``).
+    Returns 0 (done), 1 + u (operand u not as described), 100 + pair (overlap) or the kernel's
+    own nonzero code."""
+    names = [f"a{u}" for u in range(nops)]
+    base = 3
+    for par in (False, True):
+        emit("\n\n@njit(**OPTS)")
+        emit(f"def {'launch_parallel' if par else 'launch_serial'}({', '.join(names + params)}, "
+             f"meta, layouts, {extras}):")
+        for u, nm in enumerate(names):
+            emit(f"    if {nm}.ndim != layouts[{u}, 0]:")
+            emit(f"        return {1 + u}")
+            emit(f"    for d in range({nm}.ndim):")
+            emit(f"        m = {nm}.shape[d]")
+            emit(f"        if m != layouts[{u}, 1 + d] or (m != 1 and {nm}.strides[d] != "
+                 f"layouts[{u}, 1 + {nm}.ndim + d]):")
+            emit(f"            return {1 + u}")
+            emit(f"    b{u} = {nm}.ctypes.data")
+        for q, (w, k) in enumerate(pairs):
+            lw, hw, lk, hk = base + 2 * w, base + 2 * w + 1, base + 2 * k, base + 2 * k + 1
+            pair_base = f"meta.shape[0] - {len(pairs) - q}"
+            emit(f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
+                 f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):")
+            emit(f"        if not (b{w} == b{k} and meta[{pair_base}] == 1):")
+            emit(f"            return {100 + q}")
+        emit(f"    return {'parallel' if par else 'serial'}({call})")
 
 
 def source(program, kind: str, pattern: str, inner: str, stream: bool, operands: list[int],
@@ -376,7 +372,10 @@ def source(program, kind: str, pattern: str, inner: str, stream: bool, operands:
     for par in (False, True):
         (g.col_kernel if kind == "col" else g.row_kernel)("parallel" if par else "serial", par)
         g.e("    return 0")
-    g.launchers(operands, pairs)
+    call = (", ".join(f"b{operands.index(sl.operand)} + meta[{3 + 2 * len(operands) + j}]"
+                      for j, sl in enumerate(g.slots)) + "".join(f", {x}" for x in g.params)
+            + ", meta[0], shape, strides, astr, meta[1], meta[2]")
+    launchers(g.e, len(operands), g.params, pairs, "shape, strides, astr", call)
     return PRELUDE + "\n".join(g.L) + "\n"
 
 
