@@ -63,6 +63,9 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
     e(f"    ll = tl.arange(0, {lanes}).to(tl.int64)")
     for line in pdecode:
         e(f"    {line}")
+    for k, t in enumerate(p.params):  # a float32 parameter as a tensor (the interpreter passes a
+        if t == "f32":                # Python float, which has no .to() for a cast)
+            e(f"    p{k} = tl.full([], -0.0, tl.float32) + p{k}")
     e("    for _ in range(0, tiles_per_prog):")
     I = "        "
     e(f"{I}r = tile * BR + lr")
