@@ -553,3 +553,39 @@ def test_same_bits_as_cpu(name, request):
             g = run(gpu, name, [np.zeros_like(o) for o in outs], ins, **kw)
             for p, q in zip(a, g):
                 assert_exact(q, p)
+
+
+def test_triton_grid_stride_loop(monkeypatch):
+    """Tiny launch rows (16-element blocks, at most 3 programs): every program loops over
+    several row tiles; the bits stay the CPU's."""
+    if not IN_TRITON:
+        pytest.skip("runs in the Triton interpreter worker (tests/test_triton_suite.py)")
+    from dataclasses import replace
+
+    from infiniop.backends.triton import vendors
+    from infiniop.device import Device
+    from infiniop.device import create_handle as real
+
+    row = replace(vendors.VENDORS[Device.NVIDIA], block=16, tile=4, max_grid=3)
+    monkeypatch.setitem(vendors.VENDORS, Device.NVIDIA, row)
+    monkeypatch.setattr(vendors, "INTERPRETER_BLOCK", 16)
+    cpu, gpu = real("cpu"), real("nvidia")
+    rng = np.random.default_rng(17)
+    for n in (5, 40):
+        x, w = draw(rng, np.float32, (2, 7, n), 2), draw(rng, np.float32, (n,))
+        got = []
+        for h in (cpu, gpu):
+            got.append([run(h, "rms_norm", [np.empty_like(x)], [x, w])[0],
+                        run(h, "layer_norm", [np.empty_like(x), np.empty_like(x),
+                                              np.empty((2, 7), np.float32)], [x, w, w])[2]])
+        for a, g in zip(*got):
+            assert_exact(g, a)
+        xr = draw(rng, np.float32, (11, 3, 2 * n))
+        pos = rng.integers(0, 20, 11).astype(np.int32)
+        sin, cos = _tables(rng, 20, n, np.float32)
+        for algo in (0, 1):
+            a = run(cpu, "rope", [np.empty_like(xr)], [xr, pos, sin, cos], algo=algo)[0]
+            g = run(gpu, "rope", [np.empty_like(xr)], [xr, pos, sin, cos], algo=algo)[0]
+            assert_exact(g, a)
+        y = run(gpu, "softmax", [np.empty_like(x)], [x], axis=1)[0]
+        assert_close(y, ref_softmax(x, 1), np.float32)

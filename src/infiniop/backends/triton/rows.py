@@ -122,7 +122,7 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
         chunk_header(I)
         J = I + "    "
         loads(J, _used(roots, p.nelem))
-        lines, outs = render(roots, names("st{k}[:, None]"), f"s{s}_")
+        lines, outs = render(roots, names("st{k}[:, None]"), f"tmp{s}_")
         for line in lines:
             e(J + line)
         for i, r in enumerate(stage):
@@ -153,7 +153,7 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
     chunk_header(I)
     J = I + "    "
     loads(J, _used(roots, p.nelem))
-    lines, outs = render(roots, names("st{k}[:, None]"), "o_")
+    lines, outs = render(roots, names("st{k}[:, None]"), "tmpo_")
     for line in lines:
         e(J + line)
     if p.causal:
@@ -167,7 +167,7 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
           f"{_store(p.slots[j].dtype, value, roots[i].dtype)}, mask={'sm' if p.causal else 'm'})")
     if stat_j:
         roots = [results[p.slots[j].store] for j in stat_j]
-        lines, outs = render(roots, names("st{k}"), "z_")
+        lines, outs = render(roots, names("st{k}"), "tmpz_")
         for line in lines:
             e(I + line)
         for i, j in enumerate(stat_j):
