@@ -29,17 +29,23 @@ def call(spec, args, out=None, params=None):
     hit = _cache.get(key) if key is not None else None
     if hit is not None:
         desc, shapes, dtypes = hit
-        outs = [empty_aligned(s, d) for s, d in zip(shapes, dtypes)] if out is None else \
-            list(out) if isinstance(out, tuple | list) else [out]
+        if out is None:
+            outs = [empty_aligned(s, d) for s, d in zip(shapes, dtypes)]
+        else:
+            outs = list(out) if isinstance(out, tuple | list) else [out]
         desc.calculate(None, *_interleave(spec, args, outs))
         return outs[0] if len(outs) == 1 else tuple(outs)
     return _call_general(spec, args, out, params, key)
 
 
 def _numpy_key(spec, args, out, params):
-    if out is not None:
-        return None
+    """The cache key of an all-NumPy call (None otherwise): layouts of the inputs and of the
+    outputs given, and the scalars."""
     key = [spec, tuple(sorted(params.items()))]
+    for a in (out if isinstance(out, tuple | list) else () if out is None else (out,)):
+        if type(a) is not np.ndarray:
+            return None
+        key.append(("out", a.shape, a.strides, a.dtype))
     for a in args:
         if a is None:
             key.append(None)

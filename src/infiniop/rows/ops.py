@@ -46,11 +46,11 @@ LAYER_NORM = row_operator(
 
 def _softmax(m, x):
     e = m.exp(x - m.max(x))
-    return e / m.sum(e)
+    return e * (1 / m.sum(e))  # one division per row (as torch does), not one per element
 
 
 SOFTMAX = row_operator("softmax", "y:out, x", _softmax, dtypes=FLOATS, axis="axis",
-                       doc="y = exp(x - max) / sum(exp(x - max)) along any axis")
+                       doc="y = exp(x - max) * (1 / sum(exp(x - max))) along any axis")
 CAUSAL_SOFTMAX = row_operator(
     "causal_softmax", "y:out, x", _softmax, dtypes=FLOATS, causal=True,
     doc="softmax over the last axis keeping columns j <= i + n - r (bottom-right aligned); "

@@ -124,6 +124,10 @@ class _Gen:
         c = self.p.cached
         if c is not None:
             self.e(f"{indent}cache = np.empty({cache_shape}, {NP[c.dtype]})")
+            # stored through a pointer: ``cache[j]`` with j = c0 + l, which the compiler cannot
+            # prove >= 0, would wrap negative indices and turn the vector store into a scatter
+            # (``cache`` stays alive: the output pass reads it)
+            self.e(f"{indent}pcache = address_as_pointer(cache.ctypes.data, {NP[c.dtype]})")
 
     def combine(self, k: int, a: str, b: str) -> str:
         return f"{a} + {b}" if self.reds[k].op == "sum" else f"_maximum({a}, {b})"
@@ -177,7 +181,7 @@ class _Gen:
                 k = k0 + i
                 e(f"{J}acc{k}[l] = {self.combine(k, f'acc{k}[l]', outs[i])}")
                 if r.cached:
-                    e(f"{J}cache[j] = {outs[i]}")
+                    e(f"{J}pcache[j] = {outs[i]}")
             for k in range(k0, k0 + len(stage)):
                 e(f"{I}h = lp >> 1")
                 e(f"{I}while h > 0:")
