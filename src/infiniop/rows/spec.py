@@ -264,13 +264,6 @@ class RowSpec:
                 self._programs[key] = prog
         return prog
 
-    @property
-    def key(self) -> str:
-        h = hashlib.sha1()
-        for s in self.signatures:
-            h.update(self.program(s).key.encode())
-        return f"{self.name}_{h.hexdigest()[:12]}"
-
     # -- entry points --------------------------------------------------------------------------------
     def create_descriptor(self, handle, *args, **params):
         """Validate and plan a call: ``(handle, *tensor_descriptors, *scalars)`` in the C API's

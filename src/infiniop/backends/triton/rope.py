@@ -7,8 +7,6 @@ refuses such positions before launching when they are in host memory).
 
 from __future__ import annotations
 
-from ...dtype import DType
-from . import codegen
 from .codegen import (
     POINTER,
     PRELUDE,
@@ -87,9 +85,7 @@ class RopeKernel:
 
     def __init__(self, info, cfg, interpret: bool, device_id=None):
         prog = info.program
-        check_dtypes([d for d in prog.dtypes if d.is_float], cfg, "rope")
-        if prog.dtypes[2] not in codegen.SUPPORTED or prog.dtypes[2] is DType.BOOL:
-            check_dtypes([prog.dtypes[2]], cfg, "rope")
+        check_dtypes(prog.dtypes, cfg, "rope")
         lay = info.layout
         ks = rope_source(prog, lay.ndim, f"rope_{prog.key[:10]}")
         bh = min(next_pow2(info.half), cfg.block)
