@@ -31,8 +31,9 @@ ROW_CASES = (
 QUICK_ROW_CASES = {("rms_norm", "prefill"), ("rms_norm", "decode"), ("softmax", "rows"),
                    ("causal_softmax", "prefill"), ("causal_softmax", "decode"),
                    ("rope", "decode")}
-# agreement with the peers (their exp, summation order and rounding differ from ours)
-ROW_TOLERANCE = {"float32": (1e-4, 1e-6), "float16": (4e-3, 1e-4), "bfloat16": (3e-2, 1e-3)}
+# agreement with the peers (their exp, summation order and rounding differ from ours; torch's
+# fp16/bf16 log_softmax is off by ~1e-3 near 0, where ours is within an ulp of float64)
+ROW_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (4e-3, 2e-3), "bfloat16": (3e-2, 1.6e-2)}
 QUICK_SIZES = (1 << 12, 1 << 20, 1 << 25)
 
 

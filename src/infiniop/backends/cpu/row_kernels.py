@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+from ...elementwise.expr import topo
 from ...rows.spec import IDENTITY, LANES, hoist
 from .codegen import load_module
 from .elementwise_kernels import NP, PRELUDE, STORAGE, _const, _load, _store, render_body
@@ -39,16 +40,20 @@ def _render(roots, names: list[str], nparams: int, prefix: str) -> tuple[list[st
 
 
 def _used(roots, nelem: int) -> set[int]:
-    from ...elementwise.expr import topo
-
+    """The loaded operands (input leaves below ``nelem``) that ``roots`` read."""
     return {nd.args[0] for nd in topo(roots) if nd.op == "input" and nd.args[0] < nelem}
 
 
 class _Gen:
-    def __init__(self, program, kind: str, pattern: str, stream: bool):
+    """Source of one kernel module. ``pattern``: per slot how the axis moves ('1', '0', 'g');
+    ``inner`` (col kind): per slot how the innermost row dim moves; ``stream``: the row kind's
+    output pass may use non-temporal stores."""
+
+    def __init__(self, program, kind: str, pattern: str, inner: str, stream: bool):
         self.p = program
         self.kind = kind
         self.pattern = pattern
+        self.inner = inner
         self.stream = stream
         self.slots = program.slots
         self.kinds = program.kinds
@@ -371,8 +376,7 @@ def launchers(emit, nops: int, params: list[str], pairs, extras: str, call: str)
 
 def source(program, kind: str, pattern: str, inner: str, stream: bool, operands: list[int],
            pairs: list[tuple[int, int]]) -> str:
-    g = _Gen(program, kind, pattern, stream)
-    g.inner = inner
+    g = _Gen(program, kind, pattern, inner, stream)
     for par in (False, True):
         (g.col_kernel if kind == "col" else g.row_kernel)("parallel" if par else "serial", par)
         g.e("    return 0")
