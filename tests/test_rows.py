@@ -516,7 +516,7 @@ def test_same_bits_as_cpu(name, request):
     if name in EXP_BASED:
         request.applymarker(pytest.mark.xfail(reason="mathlib pending: exp/log are libm on the "
                                               "CPU and tl.exp/tl.log on Triton", strict=False))
-    from infiniop.device import create_handle as real
+    from infiniop.handle import create_handle as real
 
     cpu, gpu = real("cpu"), real("nvidia")
     rng = np.random.default_rng(16)
@@ -557,7 +557,7 @@ def test_triton_grid_stride_loop(monkeypatch):
 
     from infiniop.backends.triton import vendors
     from infiniop.device import Device
-    from infiniop.device import create_handle as real
+    from infiniop.handle import create_handle as real
 
     row = replace(vendors.VENDORS[Device.NVIDIA], block=16, tile=4, max_grid=3)
     monkeypatch.setitem(vendors.VENDORS, Device.NVIDIA, row)

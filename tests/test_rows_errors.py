@@ -186,7 +186,9 @@ def test_handles_descriptors_and_buffers(handle):
     raises(Status.BAD_PARAM, desc.calculate, None, a, a)
     raises(Status.NULL_POINTER, desc.calculate, None, a, None, wa)
     raises(Status.BAD_TENSOR_DTYPE, desc.calculate, None, a, a.astype(np.float64), wa)
-    raises(Status.BAD_PARAM, desc.calculate, None, a, a, np.ones(3, np.float32))
+    raises(Status.BAD_TENSOR_SHAPE, desc.calculate, None, a, a, np.ones(3, np.float32))
+    raises(Status.BAD_TENSOR_STRIDES, desc.calculate, None, a, np.ones((4, 2), np.float32).T, wa)
+    raises(Status.BAD_PARAM, desc.calculate, a, a, wa, match="workspace")  # no workspace given
     ro = np.ones((2, 4), np.float32)
     ro.flags.writeable = False
     raises(Status.BAD_PARAM, desc.calculate, None, ro, a, wa)

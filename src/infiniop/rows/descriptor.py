@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..descriptor import OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..elementwise.descriptor import _fast_path
 from ..layout import overlap
 from ..status import InfiniError, Status
@@ -53,19 +53,19 @@ class RowDescriptor(OperatorDescriptor):
             out[self.spec.axis] = self.info.axis
         return out
 
-    def calculate(self, workspace, *buffers, stream=None) -> None:
+    def calculate(self, workspace=MISSING, *buffers, stream=None) -> None:
         fast = self._fast
         if fast is not None and fast(buffers) == 0:
             return
         if not self._alive:
             self._check_alive()
         n = len(self._names)
-        if len(buffers) != n:
-            hint = ("; the first argument of calculate is the workspace (None when "
-                    "workspace_size is 0)") if len(buffers) == n - 1 else ""
-            raise InfiniError(Status.BAD_PARAM, f"{self.name}.calculate takes the workspace and "
-                              f"{n} buffers ({', '.join(self._names)}), got {len(buffers)} "
-                              f"buffers{hint}")
+        if workspace is MISSING or len(buffers) != n:
+            hint = ""
+            if len(buffers) == n - 1 and workspace is not None and workspace is not MISSING:
+                hint = ("; the first argument is the workspace (None when workspace_size is 0): "
+                        f"calculate(None, {', '.join(self._names)})")
+            raise self._arguments_error(("workspace",) + self._names, (workspace,) + buffers, hint)
         infos = self._check_buffers(workspace, buffers)
         if self._kernel is not None:
             self._kernel.launch_pointers([None if i is None else i.address for i in infos],

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..descriptor import OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..elementwise import signature as sigs
 from ..elementwise.expr import fingerprint, trace
 from ..elementwise.functional import _as_array, _descriptor, _is_torch
 from ..elementwise.plan import OverlapCheck
-from ..interop import raw_view
-from ..layout import Layout, broadcast_strides, check_writable_layout, normalize, overlap
+from ..layout import Layout, broadcast_strides, check_writable_layout, normalize, overlap, raw_view
 from ..memory import empty_aligned
 from ..status import InfiniError, Status
 
@@ -182,7 +181,7 @@ class RopeDescriptor(OperatorDescriptor):
             self._fast = _fast_path(launcher, self._kernel.array_launcher_args, _FastInfo(info),
                                     _OPERANDS)
 
-    def calculate(self, workspace, *buffers, stream=None) -> None:
+    def calculate(self, workspace=MISSING, *buffers, stream=None) -> None:
         fast = self._fast
         if fast is not None:
             code = fast(buffers)
@@ -192,9 +191,8 @@ class RopeDescriptor(OperatorDescriptor):
                 raise _position_error(self.info)
         if not self._alive:
             self._check_alive()
-        if len(buffers) != 5:
-            raise InfiniError(Status.BAD_PARAM, f"rope.calculate takes the workspace and 5 "
-                              f"buffers ({', '.join(NAMES)}), got {len(buffers)} buffers")
+        if workspace is MISSING or len(buffers) != 5:
+            raise self._arguments_error(("workspace",) + NAMES, (workspace,) + buffers)
         self._check_workspace(workspace)
         infos = [self._buffer(b, d, n, writable=k == 0)
                  for k, (b, d, n) in enumerate(zip(buffers, self.info.descs, NAMES))]

@@ -135,12 +135,10 @@ class RopeKernel:
         meta += self._origins
         meta += [int(c.aliasable) for c in info.checks]
         self.meta = np.array(meta, dtype=np.int64)
-        maxnd = max(d.ndim for d in info.descs)
-        layouts = np.zeros((5, 1 + 2 * maxnd), dtype=np.int64)
-        for u, d in enumerate(info.descs):
-            layouts[u, 0] = d.ndim
-            layouts[u, 1:1 + d.ndim] = d.shape
-            layouts[u, 1 + d.ndim:1 + 2 * d.ndim] = [s * d.dtype.itemsize for s in d.strides]
+        layouts = []
+        for d in info.descs:
+            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+        layouts = np.array(layouts, dtype=np.int64)
         self.layouts = layouts
         launcher = mod.launch_parallel if self.parallel else mod.launch_serial
         self.array_launcher = launcher

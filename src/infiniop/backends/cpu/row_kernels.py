@@ -343,7 +343,7 @@ class _Gen:
 def launchers(emit, nops: int, params: list[str], pairs, extras: str, call: str) -> None:
     """``launch_serial``/``launch_parallel(a0.., *params, meta, layouts, *extras)``: the NumPy
     fast path's entry, as elementwise_kernels' launchers. Each array must be laid out as its
-    descriptor (``layouts`` row u: ndim, shape, byte strides) and the (written, other) ``pairs``
+    descriptor (``layouts``: per operand ndim, shape, byte strides) and the (written, other) ``pairs``
     must not overlap unless exactly aliasable; ``meta`` (int64) holds 3 kernel sizes, then per
     operand reach_lo, reach_hi (bytes), then per slot its origin (bytes), then per pair
     'aliasable'. ``call`` is the argument list of the kernel (arrays' addresses are ``b<u>``).
@@ -355,14 +355,11 @@ def launchers(emit, nops: int, params: list[str], pairs, extras: str, call: str)
         emit("\n\n@njit(**OPTS)")
         emit(f"def {'launch_parallel' if par else 'launch_serial'}({', '.join(names + params)}, "
              f"meta, layouts, {extras}):")
+        emit("    pos = 0")
         for u, nm in enumerate(names):
-            emit(f"    if {nm}.ndim != layouts[{u}, 0]:")
+            emit(f"    pos = layout_end({nm}, layouts, pos)")
+            emit("    if pos < 0:")
             emit(f"        return {1 + u}")
-            emit(f"    for d in range({nm}.ndim):")
-            emit(f"        m = {nm}.shape[d]")
-            emit(f"        if m != layouts[{u}, 1 + d] or (m != 1 and {nm}.strides[d] != "
-                 f"layouts[{u}, 1 + {nm}.ndim + d]):")
-            emit(f"            return {1 + u}")
             emit(f"    b{u} = {nm}.ctypes.data")
         for q, (w, k) in enumerate(pairs):
             lw, hw, lk, hk = base + 2 * w, base + 2 * w + 1, base + 2 * k, base + 2 * k + 1

@@ -62,13 +62,10 @@ class RowKernel:
         meta += self._origins
         meta += [int(c.aliasable) for c in info.checks]
         self.meta = np.array(meta, dtype=np.int64)
-        maxnd = max(info.descs[k].ndim for k in operands)
-        layouts = np.zeros((len(operands), 1 + 2 * maxnd), dtype=np.int64)
-        for u, k in enumerate(operands):
-            d = info.descs[k]
-            layouts[u, 0] = d.ndim
-            layouts[u, 1:1 + d.ndim] = d.shape
-            layouts[u, 1 + d.ndim:1 + 2 * d.ndim] = [s * d.dtype.itemsize for s in d.strides]
+        layouts = []
+        for d in (info.descs[k] for k in operands):
+            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+        layouts = np.array(layouts, dtype=np.int64)
         self.layouts = layouts
         self.array_launcher = mod.launch_parallel if self.parallel else mod.launch_serial
         self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides, self._astr)
