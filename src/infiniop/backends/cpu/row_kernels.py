@@ -11,8 +11,9 @@ bits are the ones the expression defines.
 
 Layout kinds (decided once, at create):
 - 'row': a task walks whole rows; each row's passes after the first read it from cache. The
-  last pass streams its output with non-temporal stores when it is large (one row output, unit
-  stride; the row's head peeled to 64-byte alignment). A cached last-stage value (softmax's
+  last pass streams its outputs with non-temporal stores when they are large (unit stride, one
+  itemsize; the row's head peeled to 64-byte alignment, rows whose outputs are not equally
+  aligned are stored normally). A cached last-stage value (softmax's
   ``exp(x - max)``) is kept in a scratch row instead of being computed twice.
 - 'col': the axis is strided and the innermost other dim is dense: a task takes a block of
   adjacent rows and runs every pass across them side by side (vectorised across rows), with
@@ -226,6 +227,9 @@ class _Gen:
             e(f"{I}    head = ((64 - (addr & 63)) & 63) // {self.isz[0]}")
             e(f"{I}    if addr % {self.isz[0]} != 0 or head > v:")
             e(f"{I}        head = v")
+            for j in outs_j[1:]:  # every streamed output shares the first one's alignment
+                e(f"{I}    if (s{j} + g{j} * {self.isz[j]} - addr) & 63 != 0:")
+                e(f"{I}        head = v")
             loop(I + "    ", "head", False)
             loop(I + "    ", "head, v", True)
             e(f"{I}    sfence()")

@@ -29,7 +29,8 @@ class RowKernel:
                         for st in lay.strides) if info.kind == "col" else ""
         row_outputs = [j for j, (s, kd) in enumerate(zip(slots, prog.kinds))
                        if s.store is not None and kd == "row"]
-        stream = (info.kind == "row" and row_outputs == [0] and info.pattern[0] == "1"
+        stream = (info.kind == "row" and all(info.pattern[j] == "1" and isz[j] == isz[0]
+                                             for j in row_outputs)
                   and rows * n * isz[0] >= runtime.NT_THRESHOLD_BYTES and n * isz[0] >= 1024)
         if info.kind == "col":
             lp = lanes_for(n)
