@@ -341,37 +341,15 @@ def _trace(spec: RowSpec, sig: sigs.Signature, present: tuple[bool, ...]) -> Row
                             "expression may use row statistics and parameters, not elements")
 
     # rewrite: reductions and the row length become input leaves after the loaded operands
+    # (one substitution for everything, so nodes shared by passes stay shared)
     nelem = len(in_types)
-    leaf: dict[int, Expr] = {}
-    for nodes in by_stage:
-        for nd in nodes:
-            leaf[id(nd)] = Expr("input", (nelem + len(leaf),), nd.dtype)
-    rowlen = Expr("input", (nelem + len(leaf),), "i64")
-    memo: dict[int, Expr] = {}
-
-    def rewrite(node: Expr) -> Expr:
-        got = memo.get(id(node))
-        if got is not None:
-            return got
-        for nd in topo([node]):
-            if id(nd) in memo:
-                continue
-            if id(nd) in leaf:
-                new = leaf[id(nd)]
-            elif nd.op == "rowlen":
-                new = rowlen
-            elif nd.op in ("input", "param", "const"):
-                new = nd
-            else:
-                args = tuple(memo[id(a)] if isinstance(a, Expr) else a for a in nd.args)
-                same = all(x is y for x, y in zip(args, nd.args))
-                new = nd if same else Expr(nd.op, args, nd.dtype)
-            memo[id(nd)] = new
-        return memo[id(node)]
-
-    stages = [[Reduction(REDUCTIONS[nd.op], rewrite(nd.args[0])) for nd in nodes]
-              for nodes in by_stage]
-    outs = [rewrite(r) for r in results]
+    reduce_nodes = [nd for nodes in by_stage for nd in nodes]
+    mapping = {id(nd): Expr("input", (nelem + i,), nd.dtype) for i, nd in enumerate(reduce_nodes)}
+    rowlen = Expr("input", (nelem + len(reduce_nodes),), "i64")
+    mapping.update({id(nd): rowlen for nd in order if nd.op == "rowlen"})
+    new = substitute([nd.args[0] for nd in reduce_nodes] + results, mapping)
+    exprs, outs = iter(new[:len(reduce_nodes)]), new[len(reduce_nodes):]
+    stages = [[Reduction(REDUCTIONS[nd.op], next(exprs)) for nd in nodes] for nodes in by_stage]
     # the last stage's reduced value, if an output reuses it, is kept per element (softmax's exp)
     row_out = [ops[k].kind == "row" for k in written]
     for i, (nd, red) in enumerate(zip(by_stage[-1] if by_stage else [], stages[-1] if stages else [])):
