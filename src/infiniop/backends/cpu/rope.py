@@ -12,7 +12,7 @@ import numpy as np
 
 from . import runtime
 from .codegen import load_module
-from .elementwise_kernels import PRELUDE, STORAGE, _load, _store
+from .elementwise_kernels import PRELUDE, STORAGE, WIDE, _load, _store
 from .row_kernels import _render, launchers
 
 TASK_ELEMS = 1 << 15
@@ -39,6 +39,8 @@ def source(prog, steps: str, operands, pairs) -> str:
         e(f"\n\n@njit(parallel={par}, **OPTS)")
         e(f"def {'parallel' if par else 'serial'}(s0, s1, s2, s3, s4, shape, strides, steps, "
           "half, maxpos, per_task):")
+        if WIDE:  # 512-bit vectors (see intrinsics.prefer_512_bit_vectors)
+            e("    prefer_512_bit_vectors()")
         e("    nd = shape.shape[0]")
         e("    rows = 1")
         e("    for d in range(nd):")
@@ -59,6 +61,8 @@ def source(prog, steps: str, operands, pairs) -> str:
             else:
                 e("    ntask = (rows + per_task - 1) // per_task")
                 e(f"    for t in {loop}(ntask):")
+                if WIDE and par:
+                    e("        prefer_512_bit_vectors()")
                 e("        for r in range(t * per_task, min(rows, (t + 1) * per_task)):")
                 I = "            "
             e(f"{I}rem = r")

@@ -27,7 +27,7 @@ import re
 from ...elementwise.expr import topo
 from ...rows.spec import IDENTITY, LANES, hoist
 from .codegen import load_module
-from .elementwise_kernels import NP, PRELUDE, STORAGE, _const, _load, _store, render_body
+from .elementwise_kernels import NP, PRELUDE, STORAGE, WIDE, _const, _load, _store, render_body
 
 _TEMP = re.compile(r"\bt(\d+)\b")
 
@@ -111,6 +111,7 @@ class _Gen:
         args = [f"s{j}" for j in range(self.ns)] + self.params
         self.e(f"\n\n@njit(parallel={par}, **OPTS)")
         self.e(f"def {fname}({', '.join(args)}, n, shape, strides, astr, per_task, cfg):")
+        self.wide("    ")
         self.e("    nd = shape.shape[0]")
         self.e("    lp = 1")
         self.e(f"    while lp < n and lp < {LANES}:")
@@ -118,6 +119,12 @@ class _Gen:
         for j in range(self.ns):
             if self.pattern[j] == "g":
                 self.e(f"    a{j} = astr[{j}]")
+
+    def wide(self, indent: str) -> None:
+        """Ask for 512-bit vectors in the function compiled from here (a prange body is a
+        function of its own), as the elementwise kernels do."""
+        if WIDE:
+            self.e(f"{indent}prefer_512_bit_vectors()")
 
     def pointers(self, indent: str) -> None:
         for j in range(self.ns):
@@ -147,6 +154,8 @@ class _Gen:
         e("        rows *= shape[d]")
         e("    ntask = (rows + per_task - 1) // per_task")
         e(f"    for t in {'prange' if par else 'range'}(ntask):")
+        if par:
+            self.wide("        ")
         self.scratch("        ", "lp", "max(n, 1)")
         e("        r1 = min(rows, (t + 1) * per_task)")
         e("        for r in range(t * per_task, r1):")
@@ -271,6 +280,8 @@ class _Gen:
             if self.kinds[j] == "stat":
                 e(f"    i{j} = strides[{j}, nd - 1]")
         e(f"    for t in {'prange' if par else 'range'}(ntask):")
+        if par:
+            self.wide("        ")
         self.scratch("        ", "(lp, cb)", "(max(n, 1), cb)")
         for k, r in enumerate(self.reds):
             e(f"        st{k} = np.empty(cb, {NP[r.dtype]})")
