@@ -41,12 +41,17 @@ def test_matrix_covers_every_operator_dtype_and_layout_class():
         for dt in spec.dtypes:
             assert f"{spec.name}-{dt.short_name}-flat" in names
     classes = {n.rsplit("-", 1)[1] for n in names
-               if not n.startswith(("copy", "transpose", "expr_"))}
+               if not n.startswith(("copy", "transpose", "expr_", "rows_", "rope_"))}
     assert classes == set(aot._LAYOUTS)
     assert any(n.startswith("transpose") for n in names)
     assert any(n.startswith("copy") and "strided" in n for n in names)
     assert any(n.startswith("expr_float-bfloat16") for n in names)  # every math function
     assert any(n.startswith("expr_int-uint64") for n in names)
+    from infiniop.rows import ops as row_ops
+
+    for spec in row_ops.ALL:  # every row operator, and rope
+        assert any(n.startswith(f"rows_{spec.name}-") for n in names), spec.name
+    assert any(n.startswith("rope_") for n in names)
 
 
 @pytest.mark.parametrize("name", VARIANTS)

@@ -3,7 +3,8 @@
 Each test here is one test of the files in ``FILES`` (the elementwise operator table, the
 elementwise bad-input matrix, the reference library's sub/add/mul/clip tables, the catalogue
 table of InfiniCore's other elementwise operators and its scripts' tables, rearrange with
-the reference library's tables, and the Triton internals), run in an interpreter worker
+the reference library's tables, the Triton internals, the row operators and rope with their
+bad-input cases and the reference library's tables), run in an interpreter worker
 (see test_triton_harness.py) where
 the CPU handle is routed to ``create_handle("nvidia")``: the same operator table, layouts,
 references, rounding/NaN/in-place/broadcast/negative-stride cases and the reference library's
@@ -33,7 +34,8 @@ from test_triton_harness import Runner, check, upcoming_ids  # noqa: E402
 FILES = ["tests/test_elementwise.py", "tests/test_elementwise_errors.py",
          "tests/test_reference_tables.py", "tests/test_catalogue.py",
          "tests/test_reference_catalogue.py", "tests/test_rearrange.py",
-         "tests/test_triton_kernels.py"]
+         "tests/test_triton_kernels.py", "tests/test_rows.py", "tests/test_rows_errors.py",
+         "tests/test_rows_reference_tables.py"]
 KEYWORD = "not large and not forced"
 
 RUNNER = Runner([f for f in FILES if os.path.exists(os.path.join(os.path.dirname(

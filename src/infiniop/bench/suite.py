@@ -18,6 +18,22 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 LAYOUTS = ("contiguous", "scalar_bcast", "numpy_bcast", "transposed", "strided_out")
 REARRANGE_LAYOUTS = ("copy", "nchw_nhwc", "transpose2d", "permute6d")
 SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 25, 1 << 26)
+ROW_DTYPES = ("float32", "float16", "bfloat16")
+# (operator, layout label, shape): LLaMA-style prefill and decode shapes
+ROW_CASES = (
+    ("rms_norm", "prefill", (2048, 4096)), ("rms_norm", "rows", (4096, 4096)),
+    ("rms_norm", "decode", (1, 4096)),
+    ("add_rms_norm", "prefill", (2048, 4096)), ("layer_norm", "prefill", (2048, 4096)),
+    ("softmax", "rows", (4096, 4096)), ("logsoftmax", "rows", (4096, 4096)),
+    ("causal_softmax", "prefill", (32, 2048, 2048)), ("causal_softmax", "decode", (32, 1, 2048)),
+    ("rope", "prefill", (2048, 32, 128)), ("rope", "decode", (1, 32, 128)),
+)
+QUICK_ROW_CASES = {("rms_norm", "prefill"), ("rms_norm", "decode"), ("softmax", "rows"),
+                   ("causal_softmax", "prefill"), ("causal_softmax", "decode"),
+                   ("rope", "decode")}
+# agreement with the peers (their exp, summation order and rounding differ from ours; torch's
+# fp16/bf16 log_softmax is off by ~1e-3 near 0, where ours is within an ulp of float64)
+ROW_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (4e-3, 2e-3), "bfloat16": (3e-2, 1.6e-2)}
 QUICK_SIZES = (1 << 12, 1 << 20, 1 << 25)
 
 
@@ -217,6 +233,111 @@ def _rearrange(dtype: str, layout: str, size: int, threads: int) -> Case:
     return Case("rearrange", dtype, layout, shape, build)
 
 
+def _agreeing(ours: Callable[[], np.ndarray], theirs: Callable[[], object], dtype: str):
+    """The peer's result for the runner's bit-for-bit check: ours when the peer agrees within
+    ROW_TOLERANCE (row operators are not bit-identical across libraries), else the peer's own
+    (reported as a disagreement)."""
+    rtol, atol = ROW_TOLERANCE[dtype]
+
+    def result():
+        a = np.asarray(ours()).astype(np.float64)
+        t = theirs()
+        b = _numpy_of(t).astype(np.float64)
+        ok = a.shape == b.shape and bool(np.all((np.abs(a - b) <= atol + rtol * np.abs(a))
+                                                | (np.isnan(a) & np.isnan(b))))
+        return ours() if ok else _numpy_of(t)
+    return result
+
+
+def _numpy_of(t) -> np.ndarray:
+    if isinstance(t, np.ndarray):
+        return t
+    torch = _torch()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy()
+    return t.numpy()
+
+
+def _rows(op: str, dtype: str, layout: str, shape: tuple[int, ...], threads: int) -> Case:
+    """A row operator (or rope) case: ours through the descriptor and the functional front
+    end against torch's own kernels (composed where torch has none: causal mask + softmax, rope
+    by slices). Needs torch (no NumPy peer)."""
+    import infiniop as ip
+
+    def build() -> Prepared:
+        rng = np.random.default_rng(0)
+        npdt = as_dtype(dtype).numpy
+        h = ip.create_handle("cpu")
+        td = ip.TensorDescriptor.from_array
+        n = shape[-1]
+        x = _random(shape, dtype, rng)
+        impls: dict[str, Callable[[], object]] = {}
+        results: dict[str, Callable[[], np.ndarray]] = {}
+        if op == "rope":
+            half = n // 2
+            seq = shape[0]
+            pos = rng.permutation(max(4096, seq))[:seq].astype(np.int32)
+            ang = rng.random((max(4096, seq), half)).astype(np.float32) * 10
+            sin, cos = np.sin(ang).astype(npdt), np.cos(ang).astype(npdt)
+            ins, outs = (x, pos, sin, cos), [empty_aligned(shape, npdt) for _ in range(2)]
+            d = ip.create_rope_descriptor(h, td(outs[0]), *[td(a) for a in ins], 1)
+            impls["infiniop"] = lambda: d.calculate(None, outs[0], *ins)
+            impls["infiniop.fn"] = lambda: ip.rope(*ins, algo=1, out=outs[1])
+            nbytes = 2 * x.nbytes + pos.nbytes + 2 * seq * half * sin.itemsize
+        else:
+            spec = getattr(ip, op)
+            w, b = _random((n,), dtype, rng), _random((n,), dtype, rng)
+            ins = {"rms_norm": (x, w), "add_rms_norm": (x, _random(shape, dtype, rng), w),
+                   "layer_norm": (x, w, b)}.get(op, (x,))
+            n_out = {"add_rms_norm": 2, "layer_norm": 3}.get(op, 1)
+            stat = {2: shape[:-1]} if op == "layer_norm" else {}
+            outs_of = [[empty_aligned(stat.get(k, shape), npdt) for k in range(n_out)]
+                       for _ in range(2)]
+            outs = [o[0] for o in outs_of]
+            d = spec.create_descriptor(h, *[td(o) for o in outs_of[0]], *[td(a) for a in ins])
+            impls["infiniop"] = lambda: d.calculate(None, *outs_of[0], *ins)
+            impls["infiniop.fn"] = lambda: spec(*ins, out=tuple(outs_of[1]))
+            nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs_of[0])
+        results["infiniop"] = lambda: outs[0]
+        results["infiniop.fn"] = lambda: outs[1]
+        torch = _torch()
+        if torch is not None:
+            torch.set_num_threads(threads)
+            tx = _to_torch(x)
+            F = torch.nn.functional
+            if op == "rms_norm":
+                tw = _to_torch(ins[1])
+                fn = lambda: F.rms_norm(tx, (n,), tw, 1e-5)  # noqa: E731
+            elif op == "add_rms_norm":
+                tb, tw = _to_torch(ins[1]), _to_torch(ins[2])
+                fn = lambda: F.rms_norm(tx + tb, (n,), tw, 1e-5)  # noqa: E731
+            elif op == "layer_norm":
+                tw, tb = _to_torch(ins[1]), _to_torch(ins[2])
+                fn = lambda: F.layer_norm(tx, (n,), tw, tb, 1e-5)  # noqa: E731
+            elif op == "softmax":
+                fn = lambda: torch.softmax(tx, -1)  # noqa: E731
+            elif op == "logsoftmax":
+                fn = lambda: torch.log_softmax(tx, -1)  # noqa: E731
+            elif op == "causal_softmax":
+                r = shape[-2]
+                mask = torch.ones(r, n, dtype=torch.bool).triu(n - r + 1)
+                fn = lambda: torch.softmax(tx.masked_fill(mask, float("-inf")), -1)  # noqa: E731
+            else:
+                tp, ts, tc = (torch.from_numpy(ins[1]).long(), _to_torch(ins[2]), _to_torch(ins[3]))
+
+                def fn():  # InfiniCore's reference on the CPU: in float32, rounded once
+                    s, c = ts[tp].unsqueeze(1).float(), tc[tp].unsqueeze(1).float()
+                    a, b = tx[..., :n // 2].float(), tx[..., n // 2:].float()
+                    return torch.cat([a * c - b * s, a * s + b * c], -1).to(tx.dtype)
+            got = {}
+            impls["torch"] = lambda: got.__setitem__("y", fn())
+            results["torch"] = _agreeing(results["infiniop"], lambda: got["y"], dtype)
+        streams = 2 if op == "add_rms_norm" else 1
+        return Prepared(impls, results, nbytes, streams)
+
+    return Case(op, dtype, layout, shape, build)
+
+
 def default_suite(quick: bool, threads: int) -> list[Case]:
     """The cases `infiniop bench` runs (filters are applied by the runner)."""
     sizes = QUICK_SIZES if quick else SIZES
@@ -241,4 +362,9 @@ def default_suite(quick: bool, threads: int) -> list[Case]:
                     cases.append(_rearrange(dtype, layout, size, threads))
             elif not (quick and dtype == "float16" and layout != "nchw_nhwc"):
                 cases.append(_rearrange(dtype, layout, 0, threads))
+    for op, layout, shape in ROW_CASES if _torch() is not None else ():
+        if quick and (op, layout) not in QUICK_ROW_CASES:
+            continue
+        for dtype in ROW_DTYPES:
+            cases.append(_rows(op, dtype, layout, shape, threads))
     return cases

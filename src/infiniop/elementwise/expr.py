@@ -315,13 +315,15 @@ def known_names() -> list[str]:
     return sorted(set(NAMES) | set(mathlib.FUNCTIONS))
 
 def trace(fn, input_types: list[str | None], param_types: list[str] = (),
-          param_names: tuple[str, ...] = (), result_bits: int = 24) -> tuple[Expr, ...]:
+          param_names: tuple[str, ...] = (), result_bits: int = 24,
+          m: Math | None = None) -> tuple[Expr, ...]:
     """Run ``fn(m, x0, x1, ..., **params)`` on typed placeholders and return its results (a tuple,
     one per output). An input whose type is None is absent (an optional operand): ``fn`` gets
-    None for it. ``result_bits``: see :class:`Math`."""
+    None for it. ``result_bits``: see :class:`Math`. ``m``: the namespace passed to ``fn``
+    instead of ``Math(result_bits)`` (row operators pass one that adds row reductions)."""
     xs = [None if t is None else Expr("input", (k,), t) for k, t in enumerate(input_types)]
     ps = {n: Expr("param", (k,), t) for k, (n, t) in enumerate(zip(param_names, param_types))}
-    result = fn(Math(result_bits), *xs, **ps)
+    result = fn(Math(result_bits) if m is None else m, *xs, **ps)
     results = result if isinstance(result, tuple) else (result,)
     return tuple(r if isinstance(r, Expr) else const(r, "f64" if isinstance(r, float) else "i64")
                  for r in results)

@@ -21,3 +21,17 @@ def elementwise_kernel(info, handle=None):
     from .elementwise import ElementwiseKernel
 
     return ElementwiseKernel(info)
+
+
+def row_kernel(info, handle=None):
+    """A callable kernel for a planned row call (see rows.py)."""
+    from .rows import RowKernel
+
+    return RowKernel(info)
+
+
+def rope_kernel(info, handle=None):
+    """The rope kernel for a planned call (see rope.py)."""
+    from .rope import RopeKernel
+
+    return RopeKernel(info)

@@ -101,6 +101,22 @@ def elementwise_kernel(info, handle=None):
     return ElementwiseKernel(info, config_for(dev, INTERPRET), INTERPRET, dev_id)
 
 
+def row_kernel(info, handle=None):
+    """A kernel with ``launch_pointers(addresses, stream=None)`` for a planned row call."""
+    from .rows import RowKernel
+
+    dev, dev_id = _device_of(handle)
+    return RowKernel(info, config_for(dev, INTERPRET), INTERPRET, dev_id)
+
+
+def rope_kernel(info, handle=None):
+    """The rope kernel for a planned call (see rope.py)."""
+    from .rope import RopeKernel
+
+    dev, dev_id = _device_of(handle)
+    return RopeKernel(info, config_for(dev, INTERPRET), INTERPRET, dev_id)
+
+
 def rearrange_kernel(meta, handle=None):
     """A callable ``run(dst_address, src_address, stream=None)`` for a ``RearrangeMeta``, or
     None when there is nothing to copy."""

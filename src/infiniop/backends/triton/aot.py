@@ -64,6 +64,23 @@ class Variant:
         if kind == "transpose":
             word, batch, k = args
             return codegen.transpose_source(word, batch, k)
+        if kind == "rows":
+            from ...rows import ops as row_ops  # noqa: F401  (registers the row operators)
+            from ...rows.spec import REGISTRY as ROWS
+            from .rows import row_source
+
+            op, dts, pattern, ndim, lanes = args
+            spec = ROWS[op]
+            dtypes = tuple(None if d is None else DType[d] for d in dts)
+            prog = spec.program(spec.match(dtypes), tuple(d is not None for d in dtypes))
+            return row_source(prog, pattern, ndim, lanes, f"rows_{op}_{prog.key[:10]}")
+        if kind == "rope":
+            from ...rows import rope
+            from .rope import rope_source
+
+            dts, ndim = args
+            prog = rope.program(rope._match(tuple(DType[d] for d in dts)))
+            return rope_source(prog, ndim, f"rope_{prog.key[:10]}")
         raise ValueError(kind)
 
 
@@ -164,6 +181,42 @@ def _rearrange_variants(full: bool) -> list[Variant]:
     return out
 
 
+# Row operators: (operator, operand dtypes (None: an absent optional one), axis pattern, rank
+# of the row layout, lanes): every operator, every dtype class, both kinds of axis, one lane and
+# many lanes.
+_ROW_VARIANTS = [
+    ("rms_norm", ("F16", "F16", "F32"), "111", 1, 1024),
+    ("rms_norm", ("BF16", "BF16", "BF16"), "1g1", 2, 64),
+    ("rms_norm", ("F32", "F32", "F32"), "111", 3, 1),
+    ("rms_norm", ("F64", "F64", "F64"), "111", 1, 1024),
+    ("add_rms_norm", ("BF16", "BF16", "BF16", "BF16", "F32"), "11111", 2, 1024),
+    ("layer_norm", ("F16",) * 6, "110111", 2, 512),
+    ("layer_norm", ("F32", "F32", "F32", "F32", "F32", None), "11011", 1, 8),
+    ("softmax", ("F32", "F32"), "11", 1, 1024),
+    ("softmax", ("F16", "F16"), "gg", 3, 16),
+    ("softmax", ("F64", "F64"), "g1", 2, 2),
+    ("causal_softmax", ("BF16", "BF16"), "11", 2, 1024),
+    ("causal_softmax", ("F32", "F32"), "gg", 3, 4),
+    ("logsoftmax", ("F32", "F16"), "11", 1, 1024),
+    ("logsoftmax", ("BF16", "BF16"), "g1", 2, 128),
+]
+_ROPE_VARIANTS = [(("F16", "I32", "F32", "F32"), 1), (("BF16", "I64", "BF16", "BF16"), 2),
+                  (("F32", "I32", "F32", "F32"), 3), (("F64", "U8", "F64", "F64"), 1)]
+
+
+def _row_variants() -> list[Variant]:
+    out = []
+    for op, dts, pattern, ndim, lanes in _ROW_VARIANTS:
+        br = max(1, min(1024 // lanes, 16))
+        name = f"rows_{op}-{'-'.join(d or 'none' for d in dts)}-{pattern}-rank{ndim}-L{lanes}"
+        out.append(Variant(name, ("rows", op, dts, pattern, ndim, lanes), (("BR", br),),
+                           max(1, min(8, br * lanes // 256))))
+    for dts, ndim in _ROPE_VARIANTS:
+        name = f"rope_{'-'.join(dts)}-rank{ndim}"
+        out.append(Variant(name, ("rope", (dts[0],) + dts, ndim), (("BR", 4), ("BH", 64)), 4))
+    return out
+
+
 def variants(full: bool = False) -> list[Variant]:
     """Every variant (``full``) or a representative matrix: every dtype of every operator once
     (contiguous), every layout class for a few (operator, dtype) pairs, every rearrange family."""
@@ -190,7 +243,7 @@ def variants(full: bool = False) -> list[Variant]:
             for layout in _LAYOUTS:
                 if (op, dt, layout) not in seen:
                     out.append(_ew(op, dt, layout))
-    return out + _expr_variants(full) + _rearrange_variants(full)
+    return out + _expr_variants(full) + _rearrange_variants(full) + _row_variants()
 
 
 # ---------------------------------------------------------------------------------- compile

@@ -1,0 +1,154 @@
+"""The CPU rope kernel: rows of x (``[..., seq, nhead]``) x pairs, sin/cos gathered by position.
+
+Generated per (signature, step pattern): the per-pair steps of y, x and the tables' columns are
+baked in when they are 1 or 2 (contiguous NeoX halves, interleaved GPT-J pairs), so the pair loop
+vectorises. Positions are checked first, in compiled code: one outside the tables returns 1000 and
+nothing is written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import runtime
+from .codegen import load_module
+from .elementwise_kernels import PRELUDE, STORAGE, WIDE, _load, _store
+from .row_kernels import _render, launchers
+
+TASK_ELEMS = 1 << 15
+
+
+def _step(v: int) -> str:
+    return str(v) if v in (1, 2) else "g"
+
+
+def source(prog, steps: str, operands, pairs) -> str:
+    dts = prog.dtypes  # y, x, pos, sin, cos
+    isz = [d.itemsize for d in dts]
+    st = [STORAGE[d] for d in dts]
+    lines, outs = _render(prog.results, ["a", "b", "sn", "cs"], 0, "r_")
+    L = []
+    e = L.append
+
+    def idx(k: int, off: str = "") -> str:
+        step = steps[k]
+        base = "i" if step == "1" else f"i * {step}" if step == "2" else f"i * st{k}"
+        return base + off
+
+    for par in (False, True):
+        e(f"\n\n@njit(parallel={par}, **OPTS)")
+        e(f"def {'parallel' if par else 'serial'}(s0, s1, s2, s3, s4, shape, strides, steps, "
+          "half, maxpos, per_task):")
+        if WIDE:  # 512-bit vectors (see intrinsics.prefer_512_bit_vectors)
+            e("    prefer_512_bit_vectors()")
+        e("    nd = shape.shape[0]")
+        e("    rows = 1")
+        e("    for d in range(nd):")
+        e("        rows *= shape[d]")
+        e("    st0 = steps[0]")
+        e("    yb = steps[1]")
+        e("    st1 = steps[2]")
+        e("    xb = steps[3]")
+        e("    t3 = steps[4]")
+        e("    st3 = steps[5]")
+        e("    t4 = steps[6]")
+        e("    st4 = steps[7]")
+        for check in (True, False):
+            loop = "range" if check or not par else "prange"
+            if check:
+                e("    for r in range(rows):")
+                I = "        "
+            else:
+                e("    ntask = (rows + per_task - 1) // per_task")
+                e(f"    for t in {loop}(ntask):")
+                if WIDE and par:
+                    e("        prefer_512_bit_vectors()")
+                e("        for r in range(t * per_task, min(rows, (t + 1) * per_task)):")
+                I = "            "
+            e(f"{I}rem = r")
+            for j in range(3):
+                e(f"{I}g{j} = 0")
+            e(f"{I}for d in range(nd - 1, -1, -1):")
+            e(f"{I}    ext = shape[d]")
+            e(f"{I}    idx = rem % ext")
+            e(f"{I}    rem //= ext")
+            for j in range(3):
+                e(f"{I}    g{j} += idx * strides[{j}, d]")
+            e(f"{I}p = np.int64(address_as_pointer(s2 + g2 * {isz[2]}, np.{st[2]})[0])")
+            if check:
+                e(f"{I}if p < 0 or p >= maxpos:")
+                e(f"{I}    return 1000")
+                continue
+            e(f"{I}q0 = address_as_pointer(s0 + g0 * {isz[0]}, np.{st[0]})")
+            e(f"{I}q1 = address_as_pointer(s1 + g1 * {isz[1]}, np.{st[1]})")
+            e(f"{I}q3 = address_as_pointer(s3 + p * t3 * {isz[3]}, np.{st[3]})")
+            e(f"{I}q4 = address_as_pointer(s4 + p * t4 * {isz[4]}, np.{st[4]})")
+            e(f"{I}for i in range(half):")
+            J = I + "    "
+            e(f"{J}a = {_load(dts[1], f'q1[{idx(1)}]')}")
+            xb_idx = idx(1, " + xb")
+            e(f"{J}b = {_load(dts[1], f'q1[{xb_idx}]')}")
+            e(f"{J}sn = {_load(dts[3], f'q3[{idx(3)}]')}")
+            e(f"{J}cs = {_load(dts[4], f'q4[{idx(4)}]')}")
+            for line in lines:
+                e(J + line)
+            e(f"{J}q0[{idx(0)}] = {_store(dts[0], outs[0], prog.results[0].dtype)}")
+            yb_idx = idx(0, " + yb")
+            e(f"{J}q0[{yb_idx}] = {_store(dts[0], outs[1], prog.results[1].dtype)}")
+        e("    return 0")
+    launchers(e, len(operands), [], pairs, "shape, strides, steps",
+              ", ".join(f"b{u} + meta[{3 + 2 * len(operands) + u}]" for u in range(5))
+              + ", shape, strides, steps, meta[0], meta[1], meta[2]")
+    return PRELUDE + "\n".join(L) + "\n"
+
+
+class RopeKernel:
+    """``launch_pointers(addresses)`` returns 1000 when a position is outside the tables (nothing
+    written); ``array_launcher`` for the descriptor's fast path (same code)."""
+
+    checks_positions = True
+
+    def __init__(self, info):
+        prog = info.program
+        lay = info.layout
+        (ya, yb), (xa, xb) = info.pairs
+        (t3, s3), (t4, s4) = info.tables
+        # per-pair step class of each operand (index = operand; pos has none: "-")
+        steps = _step(ya) + _step(xa) + "-" + _step(s3) + _step(s4)
+        pairs = [(0, k) for k in range(1, 5)]
+        src = source(prog, steps, list(range(5)), pairs)
+        mod = load_module(f"rope_{prog.key[:10]}_{steps}", src)
+        n = info.numel
+        self.parallel = info.rows > 1 and n >= runtime.PARALLEL_THRESHOLD
+        per_task = info.rows
+        if self.parallel:
+            per_task = max(1, min(-(-info.rows // (8 * runtime.num_threads())),
+                                  -(-TASK_ELEMS // (2 * info.half))))
+        isz = [d.dtype.itemsize for d in info.descs]
+        self._origins = [lay.offsets[0] * isz[0], lay.offsets[1] * isz[1],
+                         lay.offsets[2] * isz[2], 0, 0]
+        self._shape = np.array(lay.shape, dtype=np.int64)
+        self._strides = np.array(lay.strides, dtype=np.int64).reshape(3, lay.ndim)
+        self._steps = np.array([ya, yb, xa, xb, t3, s3, t4, s4], dtype=np.int64)
+        self._sizes = (info.half, info.max_pos, per_task)
+        self._fn = mod.parallel if self.parallel else mod.serial
+        meta = list(self._sizes)
+        for d in info.descs:
+            lo, hi = d.reach
+            meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
+        meta += self._origins
+        meta += [int(c.aliasable) for c in info.checks]
+        self.meta = np.array(meta, dtype=np.int64)
+        layouts = []
+        for d in info.descs:
+            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+        layouts = np.array(layouts, dtype=np.int64)
+        self.layouts = layouts
+        launcher = mod.launch_parallel if self.parallel else mod.launch_serial
+        self.array_launcher = launcher
+        self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides,
+                                    self._steps)
+
+    def launch_pointers(self, addresses, stream=None) -> int:
+        ptrs = [a + o for a, o in zip(addresses, self._origins)]
+        return self._fn(*ptrs, self._shape, self._strides, self._steps, *self._sizes)

@@ -1,0 +1,407 @@
+"""CPU row kernels generated from a traced row operator (rows.spec.RowProgram).
+
+One module per (program, layout kind, axis stride pattern, streaming) holds ``serial`` and
+``parallel`` (raw slot addresses) and ``launch_serial``/``launch_parallel`` (NumPy arrays,
+layouts checked in compiled code, for the descriptor's fast path).
+
+Every pass walks a row in the order the reduction contract fixes (rows/spec.py): lane
+``l = j mod L`` accumulates element ``j`` in a scratch array of L lanes, then the lanes halve
+pairwise. Expressions are rendered by the elementwise renderer (one statement per node), so the
+bits are the ones the expression defines.
+
+Layout kinds (decided once, at create):
+- 'row': a task walks whole rows; each row's passes after the first read it from cache. The
+  last pass streams its outputs with non-temporal stores when they are large (unit stride, one
+  itemsize; the row's head peeled to 64-byte alignment, rows whose outputs are not equally
+  aligned are stored normally). A cached last-stage value (softmax's
+  ``exp(x - max)``) is kept in a scratch row instead of being computed twice.
+- 'col': the axis is strided and the innermost other dim is dense: a task takes a block of
+  adjacent rows and runs every pass across them side by side (vectorised across rows), with
+  ``L x block`` lanes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...elementwise.expr import topo
+from ...rows.spec import IDENTITY, LANES, hoist
+from .codegen import load_module
+from .elementwise_kernels import NP, PRELUDE, STORAGE, WIDE, _const, _load, _store, render_body
+
+_TEMP = re.compile(r"\bt(\d+)\b")
+
+
+def _render(roots, names: list[str], nparams: int, prefix: str) -> tuple[list[str], list[str]]:
+    """render_body with its temporaries renamed ``<prefix><k>`` (Numba types a variable once
+    per function, so each pass gets its own names)."""
+    lines, outs = render_body(roots, names, [f"p{k}" for k in range(nparams)])
+    ren = [_TEMP.sub(lambda mt: f"{prefix}{mt.group(1)}", x) for x in lines]
+    return ren, [_TEMP.sub(lambda mt: f"{prefix}{mt.group(1)}", x) for x in outs]
+
+
+def _used(roots, nelem: int) -> set[int]:
+    """The loaded operands (input leaves below ``nelem``) that ``roots`` read."""
+    return {nd.args[0] for nd in topo(roots) if nd.op == "input" and nd.args[0] < nelem}
+
+
+class _Gen:
+    """Source of one kernel module. ``pattern``: per slot how the axis moves ('1', '0', 'g');
+    ``inner`` (col kind): per slot how the innermost row dim moves; ``stream``: the row kind's
+    output pass may use non-temporal stores."""
+
+    def __init__(self, program, kind: str, pattern: str, inner: str, stream: bool):
+        self.p = program
+        self.kind = kind
+        self.pattern = pattern
+        self.inner = inner
+        self.stream = stream
+        self.slots = program.slots
+        self.kinds = program.kinds
+        self.ns = len(self.slots)
+        self.isz = [s.dtype.itemsize for s in self.slots]
+        self.st = [STORAGE[s.dtype] for s in self.slots]
+        self.params = [f"p{k}" for k in range(len(program.params))]
+        self.reds = program.reductions
+        self.slot_of_load = {s.load: j for j, s in enumerate(self.slots) if s.load is not None}
+        self.L: list[str] = []
+
+    def e(self, line: str) -> None:
+        self.L.append(line)
+
+    def render(self, roots, names: list[str], prefix: str):
+        return _render(roots, names, len(self.params), prefix)
+
+    def hoisted(self, indent: str, roots, names: list[str], prefix: str):
+        """Emit the per-row values of ``roots`` at ``indent`` (once per row); returns the roots
+        and names to render per element."""
+        p = self.p
+        inv, roots = hoist(roots, lambda k: k < p.nelem or k == p.cache, len(names))
+        if not inv:
+            return roots, names
+        lines, outs = self.render(inv, names, prefix)
+        for line in lines:
+            self.e(indent + line)
+        return roots, names + outs
+
+    # -- names -------------------------------------------------------------------------------------
+    def names(self, stat: str, cache: str) -> list[str]:
+        p = self.p
+        out = [f"x{k}" for k in range(p.nelem)]
+        out += [stat.format(k=k) for k in range(len(self.reds))]
+        return out + ["n", cache]
+
+    def index(self, j: int) -> str:
+        """Element index expression of slot j along the axis (row kind) / axis + inner (col)."""
+        cls = self.pattern[j]
+        parts = [] if cls == "0" else ["j"] if cls == "1" else [f"j * a{j}"]
+        if self.kind == "col" and self.kinds[j] == "row" and self.inner[j] == "1":
+            parts.append("c")
+        return " + ".join(parts) or "0"
+
+    def loads(self, indent: str, used: set[int], which) -> None:
+        for k in sorted(used):
+            j = self.slot_of_load[k]
+            if which(j):
+                s = self.slots[j]
+                self.e(f"{indent}x{k} = {_load(s.dtype, f'q{j}[{self.index(j)}]')}")
+
+    # -- shared pieces --------------------------------------------------------------------------------
+    def header(self, fname: str, par: bool) -> None:
+        args = [f"s{j}" for j in range(self.ns)] + self.params
+        self.e(f"\n\n@njit(parallel={par}, **OPTS)")
+        self.e(f"def {fname}({', '.join(args)}, n, shape, strides, astr, per_task, cfg):")
+        self.wide("    ")
+        self.e("    nd = shape.shape[0]")
+        self.e("    lp = 1")
+        self.e(f"    while lp < n and lp < {LANES}:")
+        self.e("        lp *= 2")
+        for j in range(self.ns):
+            if self.pattern[j] == "g":
+                self.e(f"    a{j} = astr[{j}]")
+
+    def wide(self, indent: str) -> None:
+        """Ask for 512-bit vectors in the function compiled from here (a prange body is a
+        function of its own), as the elementwise kernels do."""
+        if WIDE:
+            self.e(f"{indent}prefer_512_bit_vectors()")
+
+    def pointers(self, indent: str) -> None:
+        for j in range(self.ns):
+            base = f"s{j}" if self.kinds[j] == "col" else f"s{j} + g{j} * {self.isz[j]}"
+            self.e(f"{indent}q{j} = address_as_pointer({base}, np.{self.st[j]})")
+
+    def scratch(self, indent: str, shape: str, cache_shape: str) -> None:
+        for k, r in enumerate(self.reds):
+            self.e(f"{indent}acc{k} = np.empty({shape}, {NP[r.dtype]})")
+        c = self.p.cached
+        if c is not None:
+            self.e(f"{indent}cache = np.empty({cache_shape}, {NP[c.dtype]})")
+            # stored through a pointer: ``cache[j]`` with j = c0 + l, which the compiler cannot
+            # prove >= 0, would wrap negative indices and turn the vector store into a scatter
+            # (``cache`` stays alive: the output pass reads it)
+            self.e(f"{indent}pcache = address_as_pointer(cache.ctypes.data, {NP[c.dtype]})")
+
+    def combine(self, k: int, a: str, b: str) -> str:
+        return f"{a} + {b}" if self.reds[k].op == "sum" else f"_maximum({a}, {b})"
+
+    # -- row kind -----------------------------------------------------------------------------------
+    def row_kernel(self, fname: str, par: bool) -> None:
+        p, e = self.p, self.e
+        self.header(fname, par)
+        e("    rows = 1")
+        e("    for d in range(nd):")
+        e("        rows *= shape[d]")
+        e("    ntask = (rows + per_task - 1) // per_task")
+        e(f"    for t in {'prange' if par else 'range'}(ntask):")
+        if par:
+            self.wide("        ")
+        self.scratch("        ", "lp", "max(n, 1)")
+        e("        r1 = min(rows, (t + 1) * per_task)")
+        e("        for r in range(t * per_task, r1):")
+        I = "            "
+        e(f"{I}rem = r")
+        for j in range(self.ns):
+            e(f"{I}g{j} = 0")
+        e(f"{I}ci = 0")
+        e(f"{I}for d in range(nd - 1, -1, -1):")
+        e(f"{I}    ext = shape[d]")
+        e(f"{I}    idx = rem % ext")
+        e(f"{I}    rem //= ext")
+        for j in range(self.ns):
+            if self.kinds[j] != "col":
+                e(f"{I}    g{j} += idx * strides[{j}, d]")
+        if p.causal:
+            e(f"{I}    if d == nd - 1:")
+            e(f"{I}        ci = idx")
+        self.pointers(I)
+        e(f"{I}v = min(n, ci + n - shape[nd - 1] + 1)" if p.causal else f"{I}v = n")
+        names = self.names("st{k}", "cache[j]")
+        k0 = 0
+        for s, stage in enumerate(p.stages):
+            roots = [r.expr for r in stage]
+            for k in range(k0, k0 + len(stage)):
+                e(f"{I}for l in range(lp):")
+                e(f"{I}    acc{k}[l] = {_const(IDENTITY[self.reds[k].op], self.reds[k].dtype)}")
+            roots, inames = self.hoisted(I, roots, names, f"h{s}_")
+            e(f"{I}for c0 in range(0, v, lp):")
+            e(f"{I}    for l in range(min(lp, v - c0)):")
+            J = I + "        "
+            e(f"{J}j = c0 + l")
+            self.loads(J, _used(roots, p.nelem), lambda j: True)
+            lines, outs = self.render(roots, inames, f"s{s}_")
+            for line in lines:
+                e(J + line)
+            for i, r in enumerate(stage):
+                k = k0 + i
+                e(f"{J}acc{k}[l] = {self.combine(k, f'acc{k}[l]', outs[i])}")
+                if r.cached:
+                    e(f"{J}pcache[j] = {outs[i]}")
+            for k in range(k0, k0 + len(stage)):
+                e(f"{I}h = lp >> 1")
+                e(f"{I}while h > 0:")
+                e(f"{I}    for l in range(h):")
+                e(f"{I}        acc{k}[l] = {self.combine(k, f'acc{k}[l]', f'acc{k}[l + h]')}")
+                e(f"{I}    h >>= 1")
+                e(f"{I}st{k} = acc{k}[0]")
+            k0 += len(stage)
+        self.row_outputs(I, names)
+        self.stat_outputs(I, "", "0")
+
+    def row_outputs(self, I: str, names: list[str]) -> None:
+        p, e = self.p, self.e
+        outs_j = [j for j in range(self.ns) if self.slots[j].store is not None
+                  and self.kinds[j] == "row"]
+        roots = [p.results[self.slots[j].store] for j in outs_j]
+        roots, names = self.hoisted(I, roots, names, "ho_")
+        used = _used(roots, p.nelem)
+
+        def loop(indent: str, rng: str, nt: bool) -> None:
+            e(f"{indent}for j in range({rng}):")
+            J = indent + "    "
+            self.loads(J, used, lambda j: True)
+            lines, outs = self.render(roots, names, "o_")
+            for line in lines:
+                e(J + line)
+            for i, j in enumerate(outs_j):
+                value = _store(self.slots[j].dtype, outs[i], roots[i].dtype)
+                if nt:
+                    e(f"{J}nt_store(q{j}, j, {value})")
+                else:
+                    e(f"{J}q{j}[{self.index(j)}] = {value}")
+
+        if self.stream:
+            e(f"{I}if cfg:")
+            e(f"{I}    addr = s0 + g0 * {self.isz[0]}")
+            e(f"{I}    head = ((64 - (addr & 63)) & 63) // {self.isz[0]}")
+            e(f"{I}    if addr % {self.isz[0]} != 0 or head > v:")
+            e(f"{I}        head = v")
+            for j in outs_j[1:]:  # every streamed output shares the first one's alignment
+                e(f"{I}    if (s{j} + g{j} * {self.isz[j]} - addr) & 63 != 0:")
+                e(f"{I}        head = v")
+            loop(I + "    ", "head", False)
+            loop(I + "    ", "head, v", True)
+            e(f"{I}    sfence()")
+            e(f"{I}else:")
+            loop(I + "    ", "v", False)
+        else:
+            loop(I, "v", False)
+        if p.causal:
+            e(f"{I}for j in range(v, n):")
+            for i, j in enumerate(outs_j):
+                zero = _store(self.slots[j].dtype, _const(0, roots[i].dtype), roots[i].dtype)
+                e(f"{I}    q{j}[{self.index(j)}] = {zero}")
+
+    def stat_outputs(self, I: str, sub: str, index: str) -> None:
+        p, e = self.p, self.e
+        outs_j = [j for j in range(self.ns) if self.kinds[j] == "stat"]
+        if not outs_j:
+            return
+        roots = [p.results[self.slots[j].store] for j in outs_j]
+        lines, outs = self.render(roots, self.names("st{k}" + sub, "0"), "z_")
+        for line in lines:
+            e(I + line)
+        for i, j in enumerate(outs_j):
+            e(f"{I}q{j}[{index.format(j=j)}] = {_store(self.slots[j].dtype, outs[i], roots[i].dtype)}")
+
+    # -- col kind -----------------------------------------------------------------------------------
+    def col_kernel(self, fname: str, par: bool) -> None:
+        p, e = self.p, self.e
+        self.header(fname, par)
+        e("    inner = shape[nd - 1]")
+        e("    outer = 1")
+        e("    for d in range(nd - 1):")
+        e("        outer *= shape[d]")
+        e("    cb = cfg")
+        e("    nblk = (inner + cb - 1) // cb")
+        e("    total = outer * nblk")
+        e("    ntask = (total + per_task - 1) // per_task")
+        for j in range(self.ns):
+            if self.kinds[j] == "stat":
+                e(f"    i{j} = strides[{j}, nd - 1]")
+        e(f"    for t in {'prange' if par else 'range'}(ntask):")
+        if par:
+            self.wide("        ")
+        self.scratch("        ", "(lp, cb)", "(max(n, 1), cb)")
+        for k, r in enumerate(self.reds):
+            e(f"        st{k} = np.empty(cb, {NP[r.dtype]})")
+        e("        b1 = min(total, (t + 1) * per_task)")
+        e("        for b in range(t * per_task, b1):")
+        I = "            "
+        e(f"{I}o = b // nblk")
+        e(f"{I}c0 = (b - o * nblk) * cb")
+        e(f"{I}cw = min(cb, inner - c0)")
+        e(f"{I}rem = o")
+        for j in range(self.ns):
+            e(f"{I}g{j} = c0 * strides[{j}, nd - 1]")
+        e(f"{I}for d in range(nd - 2, -1, -1):")
+        e(f"{I}    ext = shape[d]")
+        e(f"{I}    idx = rem % ext")
+        e(f"{I}    rem //= ext")
+        for j in range(self.ns):
+            if self.kinds[j] != "col":
+                e(f"{I}    g{j} += idx * strides[{j}, d]")
+        self.pointers(I)
+        names = self.names("st{k}[c]", "cache[j, c]")
+        is_col = [kd == "col" for kd in self.kinds]
+        k0 = 0
+        for s, stage in enumerate(p.stages):
+            roots = [r.expr for r in stage]
+            used = _used(roots, p.nelem)
+            for k in range(k0, k0 + len(stage)):
+                e(f"{I}for l in range(lp):")
+                e(f"{I}    for c in range(cw):")
+                e(f"{I}        acc{k}[l, c] = {_const(IDENTITY[self.reds[k].op], self.reds[k].dtype)}")
+            e(f"{I}for j in range(n):")
+            e(f"{I}    l = j & (lp - 1)")
+            self.loads(I + "    ", used, lambda j: is_col[j])
+            e(f"{I}    for c in range(cw):")
+            J = I + "        "
+            self.loads(J, used, lambda j: not is_col[j])
+            lines, outs = self.render(roots, names, f"s{s}_")
+            for line in lines:
+                e(J + line)
+            for i, r in enumerate(stage):
+                k = k0 + i
+                e(f"{J}acc{k}[l, c] = {self.combine(k, f'acc{k}[l, c]', outs[i])}")
+                if r.cached:
+                    e(f"{J}cache[j, c] = {outs[i]}")
+            for k in range(k0, k0 + len(stage)):
+                e(f"{I}h = lp >> 1")
+                e(f"{I}while h > 0:")
+                e(f"{I}    for l in range(h):")
+                e(f"{I}        for c in range(cw):")
+                e(f"{I}            acc{k}[l, c] = "
+                  f"{self.combine(k, f'acc{k}[l, c]', f'acc{k}[l + h, c]')}")
+                e(f"{I}    h >>= 1")
+                e(f"{I}for c in range(cw):")
+                e(f"{I}    st{k}[c] = acc{k}[0, c]")
+            k0 += len(stage)
+        outs_j = [j for j in range(self.ns) if self.slots[j].store is not None
+                  and self.kinds[j] == "row"]
+        roots = [p.results[self.slots[j].store] for j in outs_j]
+        used = _used(roots, p.nelem)
+        e(f"{I}for j in range(n):")
+        self.loads(I + "    ", used, lambda j: is_col[j])
+        e(f"{I}    for c in range(cw):")
+        J = I + "        "
+        self.loads(J, used, lambda j: not is_col[j])
+        lines, outs = self.render(roots, names, "o_")
+        for line in lines:
+            e(J + line)
+        for i, j in enumerate(outs_j):
+            e(f"{J}q{j}[{self.index(j)}] = {_store(self.slots[j].dtype, outs[i], roots[i].dtype)}")
+        if any(kd == "stat" for kd in self.kinds):
+            e(f"{I}for c in range(cw):")
+            self.stat_outputs(I + "    ", "[c]", "c * i{j}")
+
+def launchers(emit, nops: int, params: list[str], pairs, extras: str, call: str) -> None:
+    """``launch_serial``/``launch_parallel(a0.., *params, meta, layouts, *extras)``: the NumPy
+    fast path's entry, as elementwise_kernels' launchers. Each array must be laid out as its
+    descriptor (``layouts``: per operand ndim, shape, byte strides) and the (written, other) ``pairs``
+    must not overlap unless exactly aliasable; ``meta`` (int64) holds 3 kernel sizes, then per
+    operand reach_lo, reach_hi (bytes), then per slot its origin (bytes), then per pair
+    'aliasable'. ``call`` is the argument list of the kernel (arrays' addresses are ``b<u>``).
+    Returns 0 (done), 1 + u (operand u not as described), 100 + pair (overlap) or the kernel's
+    own nonzero code."""
+    names = [f"a{u}" for u in range(nops)]
+    base = 3
+    for par in (False, True):
+        emit("\n\n@njit(**OPTS)")
+        emit(f"def {'launch_parallel' if par else 'launch_serial'}({', '.join(names + params)}, "
+             f"meta, layouts, {extras}):")
+        emit("    pos = 0")
+        for u, nm in enumerate(names):
+            emit(f"    pos = layout_end({nm}, layouts, pos)")
+            emit("    if pos < 0:")
+            emit(f"        return {1 + u}")
+            emit(f"    b{u} = {nm}.ctypes.data")
+        for q, (w, k) in enumerate(pairs):
+            lw, hw, lk, hk = base + 2 * w, base + 2 * w + 1, base + 2 * k, base + 2 * k + 1
+            pair_base = f"meta.shape[0] - {len(pairs) - q}"
+            emit(f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
+                 f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):")
+            emit(f"        if not (b{w} == b{k} and meta[{pair_base}] == 1):")
+            emit(f"            return {100 + q}")
+        emit(f"    return {'parallel' if par else 'serial'}({call})")
+
+
+def source(program, kind: str, pattern: str, inner: str, stream: bool, operands: list[int],
+           pairs: list[tuple[int, int]]) -> str:
+    g = _Gen(program, kind, pattern, inner, stream)
+    for par in (False, True):
+        (g.col_kernel if kind == "col" else g.row_kernel)("parallel" if par else "serial", par)
+        g.e("    return 0")
+    call = (", ".join(f"b{operands.index(sl.operand)} + meta[{3 + 2 * len(operands) + j}]"
+                      for j, sl in enumerate(g.slots)) + "".join(f", {x}" for x in g.params)
+            + ", meta[0], shape, strides, astr, meta[1], meta[2]")
+    launchers(g.e, len(operands), g.params, pairs, "shape, strides, astr", call)
+    return PRELUDE + "\n".join(g.L) + "\n"
+
+
+def kernel_module(program, kind: str, pattern: str, inner: str, stream: bool,
+                  operands: list[int], pairs: list[tuple[int, int]]):
+    """The compiled module for this variant (generated and imported on first use)."""
+    src = source(program, kind, pattern, inner, stream, operands, pairs)
+    tag = f"{kind}_{pattern}_{inner}{'_nt' if stream else ''}"
+    return load_module(f"rows_{program.name}_{program.key[:10]}_{tag}", src)

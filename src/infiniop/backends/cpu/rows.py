@@ -1,0 +1,77 @@
+"""Bind a planned row call (rows.plan.RowInfo) to its compiled CPU kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...rows.spec import lanes_for
+from . import runtime
+from .row_kernels import kernel_module
+
+TASK_ELEMS = 1 << 15  # elements a parallel task handles at least (TBB overhead is ~1 us)
+LANE_BYTES = 1 << 15  # the col kind's block: lanes x adjacent rows of scratch
+
+
+class RowKernel:
+    """``launch_pointers(addresses)`` (one address per operand, None for an absent optional
+    one; buffers checked by the caller) and ``array_launcher(*arrays, *params,
+    *array_launcher_args)`` for the descriptor's NumPy fast path (0 = done)."""
+
+    def __init__(self, info):
+        prog = info.program
+        lay = info.layout
+        slots = prog.slots
+        isz = [s.dtype.itemsize for s in slots]
+        n, rows = info.n, info.rows
+        threads = runtime.num_threads()
+        self.parallel = rows > 1 and rows * max(n, 1) >= runtime.PARALLEL_THRESHOLD
+        inner = "".join("1" if st[-1] == 1 else "0" if st[-1] == 0 else "g"
+                        for st in lay.strides) if info.kind == "col" else ""
+        row_outputs = [j for j, (s, kd) in enumerate(zip(slots, prog.kinds))
+                       if s.store is not None and kd == "row"]
+        stream = (info.kind == "row" and all(info.pattern[j] == "1" and isz[j] == isz[0]
+                                             for j in row_outputs)
+                  and rows * n * isz[0] >= runtime.NT_THRESHOLD_BYTES and n * isz[0] >= 1024)
+        if info.kind == "col":
+            lp = lanes_for(n)
+            cb = max(16, min(256, LANE_BYTES // (4 * lp)))
+            units = (rows // lay.shape[-1]) * -(-lay.shape[-1] // cb)  # blocks of adjacent rows
+            per_unit = cb * n
+            cfg = cb
+        else:
+            units, per_unit, cfg = rows, max(n, 1), int(stream)
+        per_task = units
+        if self.parallel:
+            per_task = max(1, min(-(-units // (8 * threads)), -(-TASK_ELEMS // per_unit)))
+        operands = [k for k, d in enumerate(info.descs) if d is not None]
+        pos = {k: u for u, k in enumerate(operands)}
+        pairs = [(pos[c.w], pos[c.k]) for c in info.checks]
+        mod = kernel_module(prog, info.kind, info.pattern, inner, stream, operands, pairs)
+        self._origins = [info.slot_offsets[j] * isz[j] for j in range(len(slots))]
+        self._slot_operand = [s.operand for s in slots]
+        self.params = tuple(info.params)
+        self._fn = mod.parallel if self.parallel else mod.serial
+        self._shape = np.array(lay.shape, dtype=np.int64)
+        self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
+        self._astr = np.array(info.axis_strides, dtype=np.int64)
+        self._sizes = (n, self._shape, self._strides, self._astr, per_task, cfg)
+        meta = [n, per_task, cfg]
+        for k in operands:
+            d = info.descs[k]
+            lo, hi = d.reach
+            meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
+        meta += self._origins
+        meta += [int(c.aliasable) for c in info.checks]
+        self.meta = np.array(meta, dtype=np.int64)
+        layouts = []
+        for d in (info.descs[k] for k in operands):
+            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+        layouts = np.array(layouts, dtype=np.int64)
+        self.layouts = layouts
+        self.array_launcher = mod.launch_parallel if self.parallel else mod.launch_serial
+        self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides, self._astr)
+
+    def launch_pointers(self, addresses, stream=None) -> None:
+        """Run on the calling thread (``stream`` has no meaning on the CPU)."""
+        ptrs = [addresses[o] + off for o, off in zip(self._slot_operand, self._origins)]
+        self._fn(*ptrs, *self.params, *self._sizes)

@@ -1,0 +1,132 @@
+"""The functional front end of row operators: ``infiniop.softmax(x, axis=-1)``.
+
+Arguments are the operator's inputs in its (C) order, scalars are keywords; outputs are
+allocated (or given as ``out=``, a tuple when there are several) and returned (a tuple when
+there are several). NumPy arrays or torch tensors in, the same kind out. Descriptors are cached
+(the elementwise front end's bounded LRU), so a repeated call does no planning.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ..dtype import as_dtype
+from ..elementwise.functional import CACHE_SIZE, _as_array, _descriptor, _is_torch
+from ..layout import broadcast_shape
+from ..memory import empty_aligned
+from ..status import InfiniError, Status
+
+_cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shapes, dtypes)
+_lock = threading.Lock()
+
+
+def call(spec, args, out=None, params=None):
+    params = params or {}
+    key = _numpy_key(spec, args, out, params)
+    hit = _cache.get(key) if key is not None else None
+    if hit is not None:
+        desc, shapes, dtypes = hit
+        if out is None:
+            outs = [empty_aligned(s, d) for s, d in zip(shapes, dtypes)]
+        else:
+            outs = list(out) if isinstance(out, tuple | list) else [out]
+        desc.calculate(None, *_interleave(spec, args, outs))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return _call_general(spec, args, out, params, key)
+
+
+def _numpy_key(spec, args, out, params):
+    """The cache key of an all-NumPy call (None otherwise): layouts of the inputs and of the
+    outputs given, and the scalars."""
+    key = [spec, tuple(sorted(params.items()))]
+    for a in (out if isinstance(out, tuple | list) else () if out is None else (out,)):
+        if type(a) is not np.ndarray:
+            return None
+        key.append(("out", a.shape, a.strides, a.dtype))
+    for a in args:
+        if a is None:
+            key.append(None)
+        elif type(a) is np.ndarray:
+            key.append((a.shape, a.strides, a.dtype))
+        else:
+            return None
+    return tuple(key)
+
+
+def _interleave(spec, ins, outs) -> list:
+    """Buffers in the operator's order from the inputs and the outputs."""
+    it_in, it_out = iter(ins), iter(outs)
+    return [next(it_out) if o.writes else next(it_in, None) for o in spec.operands]
+
+
+def _call_general(spec, args, out, params, key):
+    ops = spec.operands
+    ins = [o for o in ops if o.reads]
+    outs_ops = [o for o in ops if o.writes]
+    if len(args) > len(ins) or any(not o.optional for o in ins[len(args):]):
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(ins)} operands "
+                          f"({', '.join(o.name for o in ins)}), got {len(args)}")
+    args = list(args) + [None] * (len(ins) - len(args))
+    arrays = []
+    for o, a in zip(ins, args):
+        if a is None and not o.optional:
+            raise InfiniError(Status.NULL_POINTER, f"operand '{o.name}' is None")
+        arrays.append(None if a is None else _as_array(o.name, a))
+    if out is None:
+        outs = [None] * len(outs_ops)
+    elif len(outs_ops) == 1:
+        outs = list(out) if isinstance(out, tuple | list) else [out]
+    elif isinstance(out, tuple | list) and len(out) == len(outs_ops):
+        outs = list(out)
+    else:
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name} has {len(outs_ops)} outputs "
+                          f"({', '.join(o.name for o in outs_ops)}): out= must be a tuple of "
+                          "that many arrays (or None)")
+    if len(outs) != len(outs_ops):
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name} has {len(outs_ops)} output(s)")
+    use_torch = any(_is_torch(a) for a in arrays + outs if a is not None)
+    buffers = _interleave(spec, arrays, outs)
+    sig = spec.match(tuple(None if b is None else as_dtype(b.dtype) for b in buffers))
+    rows_in = [b for o, b in zip(ops, buffers) if o.reads and o.kind == "row" and b is not None]
+    row_outs = [b for o, b in zip(ops, buffers) if o.writes and o.kind == "row" and b is not None]
+    if rows_in:
+        shape = broadcast_shape([tuple(b.shape) for b in rows_in], [o.name for o in ops])
+    elif row_outs:
+        shape = tuple(row_outs[0].shape)
+    else:
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name}: needs a row input or output array")
+    stat_shape = shape[:-1]
+    if spec.axis:
+        axis = params.get(spec.axis, -1)
+        if isinstance(axis, int) and not isinstance(axis, bool) and -len(shape) <= axis < len(shape):
+            a = axis % len(shape)
+            stat_shape = shape[:a] + shape[a + 1:]
+    for k, o in enumerate(ops):
+        if buffers[k] is None and o.writes:
+            dt = sig.dtypes[k]
+            s = shape if o.kind == "row" else stat_shape
+            if use_torch:
+                import torch
+
+                from ..dtype import to_torch
+
+                buffers[k] = torch.empty(s, dtype=to_torch(dt))
+            else:
+                buffers[k] = empty_aligned(s, dt.numpy)
+    desc = _descriptor(spec, buffers, params)
+    desc.calculate(None, *buffers)
+    results = [b for o, b in zip(ops, buffers) if o.writes]
+    if key is not None and all(type(b) is np.ndarray for b in buffers if b is not None):
+        with _lock:
+            _cache[key] = (desc, [r.shape for r in results], [r.dtype for r in results])
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()

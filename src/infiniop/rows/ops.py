@@ -1,0 +1,69 @@
+"""The built-in row operators, each a few lines of data (InfiniCore's argument order)."""
+
+from __future__ import annotations
+
+from ..elementwise.spec import FLOATS, Param
+from .spec import row_operator
+
+_HALF_OR_SINGLE_W = [f"{t}, f16|bf16|f32 -> {t}" for t in ("f16", "bf16", "f32")]
+
+
+def _rms(m, x, w, epsilon):
+    return x * (1 / m.sqrt(m.mean(x * x) + epsilon)) * w
+
+
+RMS_NORM = row_operator(
+    "rms_norm", "y:out, x, w:col", _rms,
+    signatures=_HALF_OR_SINGLE_W + ["f64, f64 -> f64"], params=[Param("epsilon", "f32", 1e-5)],
+    doc="y = x / sqrt(mean(x^2) + epsilon) * w along the last axis")
+
+
+def _add_rms(m, a, b, weight, epsilon):
+    s = a + b
+    return _rms(m, s, weight, epsilon), s
+
+
+ADD_RMS_NORM = row_operator(
+    "add_rms_norm", "y:out, residual_out:out, a, b, weight:col", _add_rms,
+    signatures=[f"{t}, {t}, f16|bf16|f32 -> {t}, {t}" for t in ("f16", "bf16", "f32")]
+    + ["f64, f64, f64 -> f64, f64"], params=[Param("epsilon", "f32", 1e-5)],
+    doc="residual_out = a + b; y = rms_norm(a + b) (of the float32 sum)")
+
+
+def _layer_norm(m, x, w, b, eps):
+    d = x - m.mean(x)
+    std = m.sqrt(m.mean(d * d) + eps)
+    z = d / std
+    y = z * w if b is None else z * w + b
+    return y, z, std
+
+
+LAYER_NORM = row_operator(
+    "layer_norm", "output:out, input_standardization:out, input_std_deviation:out:stat, input, "
+    "weight:col, bias?:col", _layer_norm, dtypes=FLOATS, params=[Param("eps", "f32", 1e-5)],
+    doc="z = (x - mean) / sqrt(var + eps) (biased variance); output = z * weight + bias")
+
+
+def _softmax(m, x):
+    e = m.exp(x - m.max(x))
+    return e * (1 / m.sum(e))  # one division per row (as torch does), not one per element
+
+
+SOFTMAX = row_operator("softmax", "y:out, x", _softmax, dtypes=FLOATS, axis="axis",
+                       doc="y = exp(x - max) * (1 / sum(exp(x - max))) along any axis")
+CAUSAL_SOFTMAX = row_operator(
+    "causal_softmax", "y:out, x", _softmax, dtypes=FLOATS, causal=True,
+    doc="softmax over the last axis keeping columns j <= i + n - r (bottom-right aligned); "
+        "the others are 0")
+
+
+def _logsoftmax(m, x):
+    d = x - m.max(x)
+    return d - m.log(m.sum(m.exp(d)))
+
+
+LOGSOFTMAX = row_operator("logsoftmax", "output:out, input", _logsoftmax, dtypes=FLOATS,
+                          signatures=["T -> T", "f16|bf16 -> f32"], axis="dim",
+                          doc="log(softmax(x)) = (x - max) - log(sum(exp(x - max)))")
+
+ALL = [RMS_NORM, ADD_RMS_NORM, LAYER_NORM, SOFTMAX, CAUSAL_SOFTMAX, LOGSOFTMAX]

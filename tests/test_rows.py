@@ -1,0 +1,582 @@
+"""Row operators (rms_norm, add_rms_norm, layer_norm, softmax, causal_softmax, logsoftmax, rope
+and user-defined ones) against float64 references and an independent NumPy model of the fixed
+reduction order; every layout gives the same bits; so does every thread count.
+
+Also run on the Triton interpreter (tests/test_triton_suite.py); there ``test_same_bits_as_cpu``
+compares the two backends directly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import assert_canary, assert_exact, place, raises
+
+import infiniop
+from infiniop import DType, Status, TensorDescriptor
+from infiniop.backends.cpu import runtime
+from infiniop.rows.spec import LANES, lanes_for
+
+BF16 = ml_dtypes.bfloat16
+FLOATS = [np.float16, BF16, np.float32, np.float64]
+TD = TensorDescriptor.from_array
+IN_TRITON = os.environ.get("INFINIOP_TRITON_WORKER") == "1"
+# (rtol, atol) of a result rounded to the dtype, against a float64 reference
+TOL = {np.float16: (2e-3, 1e-4), BF16: (1.6e-2, 1e-3), np.float32: (2e-5, 1e-6),
+       np.float64: (1e-12, 1e-14)}
+
+
+def draw(rng, dtype, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def assert_close(got, want, dtype):
+    rtol, atol = TOL[dtype]
+    got, want = f64(got), f64(want)
+    both_nan = np.isnan(got) & np.isnan(want)
+    err = np.abs(got - want)
+    bad = ~both_nan & ~(err <= atol + rtol * np.abs(want))
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} off; worst {err[bad].max()}"
+
+
+def run(handle, name, outs, ins, **scalars):
+    create = getattr(infiniop, f"create_{name}_descriptor")
+    descs = [TD(a) for a in outs] + [None if a is None else TD(a) for a in ins]
+    with create(handle, *descs, **scalars) as d:
+        d.calculate(None, *outs, *ins)
+    return outs
+
+
+# ---------------------------------------------------------------------------------- references
+
+def ref_softmax(x, axis=-1):
+    x = f64(x)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def ref_logsoftmax(x, axis=-1):
+    x = f64(x)
+    d = x - x.max(axis, keepdims=True)
+    return d - np.log(np.exp(d).sum(axis, keepdims=True))
+
+
+def ref_rms(x, w, eps):
+    x = f64(x)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)) * f64(w)
+
+
+def ref_layer_norm(x, w, b, eps):
+    x = f64(x)
+    d = x - x.mean(-1, keepdims=True)
+    std = np.sqrt((d * d).mean(-1) + np.float32(eps))
+    z = d / std[..., None]
+    return z * f64(w) + (0 if b is None else f64(b)), z, std
+
+
+def causal_mask(shape):
+    r, n = shape[-2:]
+    i, j = np.arange(r)[:, None], np.arange(n)[None, :]
+    return np.broadcast_to(j > i + n - r, shape)
+
+
+def ref_causal(x):
+    x = np.where(causal_mask(x.shape), -np.inf, f64(x))
+    return ref_softmax(x)
+
+
+def ref_rope(x, pos, sin, cos, algo):
+    x = f64(x)
+    s, c = f64(sin)[pos][..., None, :], f64(cos)[pos][..., None, :]
+    h = x.shape[-1] // 2
+    a, b = (x[..., 0::2], x[..., 1::2]) if algo == 0 else (x[..., :h], x[..., h:])
+    y = np.empty_like(x)
+    o1, o2 = a * c - b * s, a * s + b * c
+    if algo == 0:
+        y[..., 0::2], y[..., 1::2] = o1, o2
+    else:
+        y[..., :h], y[..., h:] = o1, o2
+    return y
+
+
+# ------------------------------------------------ an independent model of the reduction order
+
+def ordered(v, op="sum"):
+    """The contract of rows/spec.py in NumPy: L lanes walked in steps of L, then halved."""
+    n = v.shape[-1]
+    L = lanes_for(n)
+    acc = np.full(v.shape[:-1] + (L,), -0.0 if op == "sum" else -np.inf, v.dtype)
+
+    def comb(a, b):
+        return a + b if op == "sum" else np.where((a > b) | np.isnan(a), a, b)
+
+    for c in range(0, n, L):
+        m = min(L, n - c)
+        acc[..., :m] = comb(acc[..., :m], v[..., c:c + m])
+    h = L // 2
+    while h:
+        acc[..., :h] = comb(acc[..., :h], acc[..., h:2 * h])
+        h //= 2
+    return acc[..., 0]
+
+
+def model_rms(x, w, eps):
+    t = np.float32 if x.dtype != np.float64 else np.float64
+    xf, wf = x.astype(t), w.astype(t)
+    ss = ordered(xf * xf)
+    r = t(1) / np.sqrt(ss / t(x.shape[-1]) + t(np.float32(eps)))
+    return ((xf * r[..., None]) * wf).astype(x.dtype)
+
+
+def model_layer_norm(x, w, b, eps):
+    t = np.float32 if x.dtype != np.float64 else np.float64
+    xf = x.astype(t)
+    n = t(x.shape[-1])
+    d = xf - (ordered(xf) / n)[..., None]
+    std = np.sqrt(ordered(d * d) / n + t(np.float32(eps)))
+    z = d / std[..., None]
+    y = z * w.astype(t) + (0 if b is None else b.astype(t))
+    return y.astype(x.dtype), z.astype(x.dtype), std.astype(x.dtype)
+
+
+def test_lanes_contract():
+    assert [lanes_for(n) for n in (0, 1, 2, 3, 5, 1024, 1025, 50257)] == [1, 1, 2, 4, 8, LANES,
+                                                                           LANES, LANES]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64], ids=["f32", "bf16", "f64"])
+@pytest.mark.parametrize("n", [7, 2500])
+def test_norms_follow_the_reduction_order_bit_for_bit(handle, dtype, n):
+    """rms_norm, layer_norm and add_rms_norm give exactly the bits of the NumPy model of the
+    fixed order (lanes, chunks with a tail, pairwise halving) and IEEE float32 arithmetic."""
+    rng = np.random.default_rng(n)
+    x, b = draw(rng, dtype, (3, n), 3), draw(rng, dtype, (3, n))
+    w, bias = draw(rng, dtype, (n,)), draw(rng, dtype, (n,))
+    y = np.empty_like(x)
+    run(handle, "rms_norm", [y], [x, w], epsilon=1e-6)
+    assert_exact(y, model_rms(x, w, 1e-6))
+    outs = [np.empty_like(x), np.empty_like(x), np.empty(3, dtype)]
+    run(handle, "layer_norm", outs, [x, w, bias], eps=1e-5)
+    for got, want in zip(outs, model_layer_norm(x, w, bias, 1e-5)):
+        assert_exact(got, want)
+    y, res = np.empty_like(x), np.empty_like(x)
+    run(handle, "add_rms_norm", [y, res], [x, b, w], epsilon=1e-6)
+    t = np.float32 if dtype != np.float64 else np.float64
+    s = x.astype(t) + b.astype(t)
+    assert_exact(res, s.astype(dtype))
+    ss = ordered(s * s)
+    want = (s * (t(1) / np.sqrt(ss / t(n) + t(np.float32(1e-6))))[:, None]) * w.astype(t)
+    assert_exact(y, want.astype(dtype))
+
+
+# --------------------------------------------------------------------------------- values
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=["f16", "bf16", "f32", "f64"])
+def test_values(handle, dtype):
+    rng = np.random.default_rng(1)
+    shape = (3, 4, 37)
+    x, w, b = draw(rng, dtype, shape, 2), draw(rng, dtype, shape[-1:]), draw(rng, dtype, shape[-1:])
+    y = run(handle, "rms_norm", [np.empty_like(x)], [x, w], epsilon=1e-5)[0]
+    assert_close(y, ref_rms(x, w, 1e-5), dtype)
+    outs = run(handle, "layer_norm", [np.empty_like(x), np.empty_like(x), np.empty(shape[:-1], dtype)],
+               [x, w, b], eps=1e-5)
+    for got, want in zip(outs, ref_layer_norm(x, w, b, 1e-5)):
+        assert_close(got, want, dtype)
+    for name, ref in [("softmax", ref_softmax), ("logsoftmax", ref_logsoftmax),
+                      ("causal_softmax", ref_causal)]:
+        got = run(handle, name, [np.empty_like(x)], [x])[0]
+        assert_close(got, ref(x), dtype)
+    a2 = draw(rng, dtype, shape)
+    y, res = run(handle, "add_rms_norm", [np.empty_like(x), np.empty_like(x)], [x, a2, w])
+    s = (x.astype(np.float64) + a2.astype(np.float64))
+    assert_close(res, s, dtype)
+    assert_close(y, ref_rms(s, w, 1e-5), dtype)
+
+
+@pytest.mark.parametrize("wdt", [np.float16, BF16], ids=["w16", "wbf16"])
+def test_rms_norm_weight_dtypes(handle, wdt):
+    """float32 activations with a half weight (the reference tables cover half activations with
+    every weight dtype)."""
+    rng = np.random.default_rng(2)
+    x, w = draw(rng, np.float32, (5, 64)), draw(rng, wdt, (64,))
+    y = infiniop.rms_norm(x, w, epsilon=1e-6)
+    assert y.dtype == np.float32
+    assert_close(y, ref_rms(x, w, 1e-6), np.float32)
+
+
+def test_logsoftmax_wider_output(handle):
+    """InfiniCore's mixed case: f16/bf16 input, f32 output (no rounding to the input dtype)."""
+    rng = np.random.default_rng(3)
+    for dt in (np.float16, BF16):
+        x = draw(rng, dt, (4, 300), 3)
+        y = run(handle, "logsoftmax", [np.empty(x.shape, np.float32)], [x])[0]
+        assert_close(y, ref_logsoftmax(x), np.float32)
+        assert infiniop.logsoftmax(x).dtype == np.dtype(dt)  # the first signature: same dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_softmax_and_logsoftmax_on_every_axis(handle, dtype):
+    """Every axis (negative too) of a 4-d tensor; each gives the bits of the contiguous call on
+    that axis moved last."""
+    rng = np.random.default_rng(4)
+    x = draw(rng, dtype, (3, 5, 17, 40), 4)
+    for axis in range(-4, 4):
+        moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+        for name, ref, key in [("softmax", ref_softmax, "axis"), ("logsoftmax", ref_logsoftmax, "dim")]:
+            got = run(handle, name, [np.empty_like(x)], [x], **{key: axis})[0]
+            assert_close(got, ref(x, axis), dtype)
+            flat = run(handle, name, [np.empty_like(moved)], [moved])[0]
+            assert_exact(got, np.moveaxis(flat, -1, axis))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1023, 1024, 1025, 50257])
+def test_long_and_short_rows(handle, n):
+    rng = np.random.default_rng(n)
+    for dt in (np.float32, BF16):
+        x = draw(rng, dt, (2, n), 5)
+        got = infiniop.softmax(x)
+        assert_close(got, ref_softmax(x), dt)
+        assert_close(infiniop.logsoftmax(x), ref_logsoftmax(x), dt)
+        if n == 1:
+            assert (f64(got) == 1).all()
+
+
+def test_stability(handle):
+    """No overflow for inputs in the hundreds; equal inputs are uniform; -inf gives 0; NaN
+    poisons its row only."""
+    x = np.array([[300.0, 299.0, -400.0, 250.0], [88.0, 88.0, 88.0, 88.0],
+                  [1.0, -np.inf, 2.0, -np.inf], [1.0, np.nan, 2.0, 3.0]], np.float32)
+    for dt in (np.float16, np.float32):
+        xs = x.astype(dt)
+        y = infiniop.softmax(xs)
+        assert np.isfinite(f64(y[:3])).all() and np.isnan(f64(y[3])).all()
+        assert_close(y[:3], ref_softmax(xs[:3]), dt)
+        assert (f64(y[1]) == 0.25).all() and f64(y[2, 1]) == 0 and f64(y[2, 3]) == 0
+        ls = infiniop.logsoftmax(xs)
+        assert np.isfinite(f64(ls[[0, 1]])).all()
+        assert_close(ls[:2], ref_logsoftmax(xs[:2]), dt)
+        assert f64(ls[2, 1]) == -np.inf
+    big = np.full((2, 8), 500.0, np.float32)
+    y, z, s = infiniop.layer_norm(big, np.ones(8, np.float32))
+    assert (y == 0).all() and (s == np.sqrt(np.float32(1e-5))).all()
+    r = infiniop.rms_norm(np.full((1, 6), 1e19, np.float32), np.ones(6, np.float32))
+    assert (r == 0).all()  # x*x overflows the float32 accumulator: 1/sqrt(inf) = 0 (as torch)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (3, 9), (2, 5, 7), (2, 1, 300), (1, 3, 1200)])
+def test_causal_softmax(handle, shape):
+    rng = np.random.default_rng(6)
+    for dt in (np.float16, BF16, np.float32):
+        x = draw(rng, dt, shape, 3)
+        y = infiniop.causal_softmax(x)
+        mask = causal_mask(shape)
+        assert (np.ascontiguousarray(y).view(np.uint16 if dt != np.float32 else np.uint32)[mask]
+                == 0).all()  # exactly +0.0
+        assert_close(y, ref_causal(x), dt)
+
+
+def test_rows_with_every_layout(handle):
+    """Padded rows, transposed inputs, negative strides, strided outputs, in place: the bits of
+    the contiguous call, and nothing outside an output view is written."""
+    rng = np.random.default_rng(7)
+    shape = (6, 5, 70)
+    x, w, b = draw(rng, np.float32, shape, 2), draw(rng, np.float32, (70,)), draw(rng, np.float32, (70,))
+    cases = {  # softmax: a cached last stage; layer_norm: col operands and a stat output
+        "softmax": ([np.empty(shape, np.float32)], [x], {}),
+        "layer_norm": ([np.empty(shape, np.float32), np.empty(shape, np.float32),
+                        np.empty(shape[:-1], np.float32)], [x, w, b], {}),
+        "causal_softmax": ([np.empty(shape, np.float32)], [x], {}),
+    }
+    layouts = [dict(pad=3), dict(perm=(2, 0, 1)), dict(perm=(1, 2, 0), pad=1), dict(flip=True),
+               dict(steps=(1, 2, 3))]
+    for name, (outs, ins, kw) in cases.items():
+        want = run(handle, name, outs, ins, **kw)
+        for lay in layouts if name != "causal_softmax" else layouts[-2:]:
+            xin, _, _ = place(x, **lay)
+            new_ins = [xin] + ins[1:]
+            placed = [place(np.zeros_like(o), **lay) for o in outs[:2]] + [
+                place(np.zeros_like(o)) for o in outs[2:]]
+            got = run(handle, name, [p[0] for p in placed], new_ins, **kw)
+            for g, wnt, (_, buf, cov) in zip(got, want, placed):
+                assert_exact(g, wnt)
+                assert_canary(buf, cov)
+        # in place: the output is the input
+        xi = x.copy()
+        run(handle, name, [xi] + outs[1:], [xi] + ins[1:], **kw)
+        assert_exact(xi, want[0])
+
+
+def test_softmax_broadcast_input_and_strided_columns(handle):
+    """A row input broadcast over rows (0 stride) and a weight read with a stride."""
+    rng = np.random.default_rng(8)
+    row = draw(rng, np.float32, (1, 50))
+    x = np.broadcast_to(row, (4, 50))
+    y = run(handle, "softmax", [np.empty((4, 50), np.float32)], [x])[0]
+    assert_exact(y, np.broadcast_to(infiniop.softmax(row), (4, 50)))
+    wide = draw(rng, np.float32, (100,))
+    xr = draw(rng, np.float32, (4, 50))
+    y = run(handle, "rms_norm", [np.empty_like(xr)], [xr, wide[::2]])[0]
+    assert_exact(y, infiniop.rms_norm(xr, wide[::2].copy()))
+
+
+def test_layer_norm_bias_and_in_place(handle):
+    rng = np.random.default_rng(9)
+    x, w = draw(rng, BF16, (7, 96), 2), draw(rng, BF16, (96,))
+    y, z, s = infiniop.layer_norm(x, w)  # no bias
+    want = ref_layer_norm(x, w, None, 1e-5)
+    for g, r in zip((y, z, s), want):
+        assert_close(g, r, BF16)
+    xi = x.copy()
+    outs = [xi, np.empty_like(x), np.empty(7, BF16)]
+    run(handle, "layer_norm", outs, [xi, w, None])
+    assert_exact(xi, y)
+
+
+def test_add_rms_norm_normalises_the_float32_sum(handle):
+    """residual_out is a + b rounded once; y is computed from the unrounded float32 sum."""
+    a = np.full((1, 4), 1.0, np.float16)
+    b = np.array([[2.0 ** -11, 0, 0, 0]], np.float16)  # 1 + 2**-11 rounds to 1 in fp16
+    w = np.ones(4, np.float16)
+    y, res = infiniop.add_rms_norm(a, b, w, epsilon=0.0)
+    assert (f64(res) == 1).all()
+    s = np.array([1 + 2.0 ** -11, 1, 1, 1], np.float32)
+    assert_exact(y, model_rms(s[None], np.ones(4, np.float32), 0.0).astype(np.float16))
+
+
+def test_empty_and_degenerate(handle):
+    x = np.empty((0, 5), np.float32)
+    assert infiniop.softmax(x).shape == (0, 5)
+    y, z, s = infiniop.layer_norm(np.empty((3, 0), np.float32), np.empty(0, np.float32))
+    assert y.shape == (3, 0) and s.shape == (3,) and np.isnan(s).all()  # mean of no values
+    assert infiniop.softmax(np.empty((3, 0), np.float32)).shape == (3, 0)
+    one = infiniop.softmax(np.array([5.0], np.float32))
+    assert_exact(one, np.array([1.0], np.float32))
+
+
+def test_threads_and_parallel_kernels_give_the_same_bits(handle, monkeypatch):
+    """Serial, parallel with 1 and 2 threads, the row kind and the col kind: the same bits."""
+    if IN_TRITON:
+        pytest.skip("CPU threads")
+    rng = np.random.default_rng(10)
+    x = draw(rng, np.float32, (64, 3000), 3)
+    w = draw(rng, np.float32, (3000,))
+    base = [infiniop.softmax(x), infiniop.softmax(x, axis=0), *infiniop.layer_norm(x, w, w)]
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    before = runtime.num_threads()
+    try:
+        for threads in {1, before}:
+            runtime.set_num_threads(threads)
+            got = [run(handle, "softmax", [np.empty_like(x)], [x])[0],
+                   run(handle, "softmax", [np.empty_like(x)], [x], axis=0)[0],
+                   run(handle, "layer_norm", [infiniop.empty_aligned(x.shape, np.float32),
+                                              infiniop.empty_aligned(x.shape, np.float32),
+                                              np.empty(64, np.float32)], [x, w, w])]
+            got = got[:2] + got[2]  # layer_norm's outputs, both streamed (equally aligned)
+            for g, b in zip(got, base):
+                assert_exact(g, b)
+    finally:
+        runtime.set_num_threads(before)
+
+
+def test_large_rows_parallel(handle):
+    """Over the parallel threshold, with streamed (non-temporal) stores: (2048, 4096) rms_norm
+    and a strided-axis softmax against the references."""
+    rng = np.random.default_rng(11)
+    x, w = draw(rng, BF16, (2048, 4096)), draw(rng, BF16, (4096,))
+    assert_exact(infiniop.rms_norm(x, w), model_rms(x, w, 1e-5))
+    x = draw(rng, np.float32, (700, 300), 3)
+    assert_close(infiniop.softmax(x, axis=0), ref_softmax(x, 0), np.float32)
+
+
+# ------------------------------------------------------------------------------------- rope
+
+def _tables(rng, max_pos, half, dtype):
+    ang = rng.random((max_pos, half)) * 10
+    return np.sin(ang).astype(dtype), np.cos(ang).astype(dtype)
+
+
+@pytest.mark.parametrize("algo", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.float64],
+                         ids=["f16", "bf16", "f32", "f64"])
+def test_rope(handle, algo, dtype):
+    """Random positions (not arange), both algorithms, 3-d and 4-d with per-batch positions,
+    transposed seq/head layout, in place, float32 tables with half inputs."""
+    rng = np.random.default_rng(12 + algo)
+    x = draw(rng, dtype, (7, 4, 24))
+    pos = rng.permutation(40)[:7].astype(np.int32)
+    sin, cos = _tables(rng, 40, 12, dtype)
+    y = run(handle, "rope", [np.empty_like(x)], [x, pos, sin, cos], algo=algo)[0]
+    assert_close(y, ref_rope(x, pos, sin, cos, algo), dtype)
+    xt = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)  # heads outermost
+    assert_exact(run(handle, "rope", [np.empty_like(x)], [xt, pos, sin, cos], algo=algo)[0], y)
+    xi = x.copy()
+    run(handle, "rope", [xi], [xi, pos, sin, cos], algo=algo)
+    assert_exact(xi, y)
+    xb = draw(rng, dtype, (2, 5, 3, 24))
+    pb = rng.integers(0, 40, (2, 5)).astype(np.int32)
+    assert_close(infiniop.rope(xb, pb, sin, cos, algo=algo), ref_rope(xb, pb, sin, cos, algo), dtype)
+    if dtype is np.float16:
+        s32, c32 = _tables(rng, 40, 12, np.float32)
+        assert_close(infiniop.rope(x, pos, s32, c32, algo=algo), ref_rope(x, pos, s32, c32, algo),
+                     dtype)
+
+
+def test_rope_position_dtypes(handle):
+    rng = np.random.default_rng(13)
+    x = draw(rng, np.float32, (6, 2, 8))
+    sin, cos = _tables(rng, 30, 4, np.float32)
+    pos = rng.integers(0, 30, 6)
+    want = infiniop.rope(x, pos.astype(np.int32), sin, cos, algo=1)
+    for dt in (np.int64, np.uint8):
+        assert_exact(infiniop.rope(x, pos.astype(dt), sin, cos, algo=1), want)
+
+
+def test_rope_strided_tables_and_positions(handle):
+    rng = np.random.default_rng(14)
+    x = draw(rng, np.float32, (6, 2, 8))
+    sin, cos = _tables(rng, 30, 4, np.float32)
+    sin_t = np.asfortranarray(sin)
+    pos = rng.integers(0, 30, 12)[::2].astype(np.int32)
+    for algo in (0, 1):
+        got = infiniop.rope(x, pos, sin_t, cos[:, ::1], algo=algo)
+        assert_exact(got, infiniop.rope(x, pos.copy(), sin, cos, algo=algo))
+        assert_close(got, ref_rope(x, pos, sin, cos, algo), np.float32)
+
+
+# ----------------------------------------------------------------------- user-defined operators
+
+def test_user_defined_row_operator(handle):
+    """A row operator with a stat output and a column operand, through both front ends."""
+    l2 = infiniop.row_operator(
+        "test_scaled_l2", "y:out, norm:out:stat, x, scale:col",
+        lambda m, x, s: (x / m.sqrt(m.sum(x * x)) * s, m.sqrt(m.sum(x * x))),
+        axis="axis", register=False)
+    rng = np.random.default_rng(15)
+    x, s = draw(rng, np.float32, (4, 9)), draw(rng, np.float32, (4,))
+    y, norm = l2(x, s, axis=0)
+    nrm = np.sqrt((f64(x) ** 2).sum(0))
+    assert_close(norm, nrm, np.float32)
+    assert_close(y, f64(x) / nrm * f64(s)[:, None], np.float32)
+    d = l2.create_descriptor(handle, TD(y), TD(norm), TD(x), TD(s), 0)
+    y2, n2 = np.empty_like(y), np.empty_like(norm)
+    d.calculate(None, y2, n2, x, s)
+    assert_exact(y2, y)
+    assert_exact(n2, norm)
+    assert d.params == {"axis": 0}
+    with pytest.raises(TypeError, match="one value per row"):
+        infiniop.row_operator("test_bad_stat", "y:out, s:out:stat, x", lambda m, x: (x, x),
+                              register=False)(x)
+
+
+def test_descriptor_scalars_and_lifetime(handle):
+    d = TensorDescriptor(DType.F32, (2, 3))
+    w = TensorDescriptor(DType.F32, (3,))
+    desc = infiniop.create_rms_norm_descriptor(handle, d, d, w, 1e-3)  # C order: positional
+    assert desc.params == {"epsilon": np.float32(1e-3)} and desc.workspace_size == 0
+    assert infiniop.create_softmax_descriptor(handle, d, d, 0).params == {"axis": 0}
+    assert infiniop.create_logsoftmax_descriptor(handle, d, d, dim=-2).params == {"dim": 0}
+    x = np.ones((2, 3), np.float32)
+    y = np.empty_like(x)
+    desc.calculate(None, y, x, np.ones(3, np.float32))
+    desc.destroy()
+    raises(Status.BAD_PARAM, desc.calculate, None, y, x, np.ones(3, np.float32))
+
+
+def test_functional_torch(handle):
+    torch = pytest.importorskip("torch")
+    x = torch.randn(3, 40, dtype=torch.bfloat16)
+    w = torch.randn(40, dtype=torch.float32)
+    y = infiniop.rms_norm(x, w, epsilon=1e-6)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16
+    ref = torch.nn.functional.rms_norm(x.float(), (40,), w, 1e-6)
+    assert torch.allclose(y.float(), ref, rtol=1.6e-2, atol=1e-3)
+    o = torch.empty(3, 40, dtype=torch.float32)
+    infiniop.logsoftmax(x.float(), out=o)
+    assert torch.allclose(o, torch.log_softmax(x.float(), -1), atol=1e-6)
+
+
+# --------------------------------------------------------------------- CPU vs Triton, bit for bit
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "add_rms_norm", "layer_norm", "softmax",
+                                  "causal_softmax", "logsoftmax", "rope"])
+def test_same_bits_as_cpu(name):
+    """On the Triton interpreter: the same bits as the CPU backend, on every dtype, with a long
+    row (several chunks and a tail) and a strided axis (exp and log are mathlib's, written in
+    the expression primitives: the same operations on both backends)."""
+    if not IN_TRITON:
+        pytest.skip("runs in the Triton interpreter worker (tests/test_triton_suite.py)")
+    from infiniop.handle import create_handle as real
+
+    cpu, gpu = real("cpu"), real("nvidia")
+    rng = np.random.default_rng(16)
+    for dt in (np.float16, BF16, np.float32, np.float64):
+        x = draw(rng, dt, (3, 2100), 3)
+        w, b = draw(rng, dt, (2100,)), draw(rng, dt, (2100,))
+        if name == "rope":
+            x = draw(rng, dt, (5, 3, 16))
+            pos = rng.integers(0, 9, 5).astype(np.int32)
+            sin, cos = _tables(rng, 9, 8, dt)
+            cases = [([np.empty_like(x)], [x, pos, sin, cos], {"algo": a}) for a in (0, 1)]
+        elif name in ("rms_norm",):
+            cases = [([np.empty_like(x)], [x, w], {})]
+        elif name == "add_rms_norm":
+            cases = [([np.empty_like(x), np.empty_like(x)], [x, x[::-1], w], {})]
+        elif name == "layer_norm":
+            cases = [([np.empty_like(x), np.empty_like(x), np.empty(3, dt)], [x, w, b], {})]
+        elif name == "softmax":
+            cases = [([np.empty_like(x)], [x], {}), ([np.empty_like(x)], [x], {"axis": 0})]
+        elif name == "logsoftmax":
+            cases = [([np.empty_like(x)], [x], {})]
+        else:
+            c = draw(rng, dt, (2, 9, 1500))
+            cases = [([np.empty_like(c)], [c], {})]
+        for outs, ins, kw in cases:
+            a = run(cpu, name, [np.zeros_like(o) for o in outs], ins, **kw)
+            g = run(gpu, name, [np.zeros_like(o) for o in outs], ins, **kw)
+            for p, q in zip(a, g):
+                assert_exact(q, p)
+
+
+def test_triton_grid_stride_loop(monkeypatch):
+    """Tiny launch rows (16-element blocks, at most 3 programs): every program loops over
+    several row tiles; the bits stay the CPU's."""
+    if not IN_TRITON:
+        pytest.skip("runs in the Triton interpreter worker (tests/test_triton_suite.py)")
+    from dataclasses import replace
+
+    from infiniop.backends.triton import vendors
+    from infiniop.device import Device
+    from infiniop.handle import create_handle as real
+
+    row = replace(vendors.VENDORS[Device.NVIDIA], block=16, tile=4, max_grid=3)
+    monkeypatch.setitem(vendors.VENDORS, Device.NVIDIA, row)
+    monkeypatch.setattr(vendors, "INTERPRETER_BLOCK", 16)
+    cpu, gpu = real("cpu"), real("nvidia")
+    rng = np.random.default_rng(17)
+    for n in (5, 40):
+        x, w = draw(rng, np.float32, (2, 7, n), 2), draw(rng, np.float32, (n,))
+        got = []
+        for h in (cpu, gpu):
+            got.append([run(h, "rms_norm", [np.empty_like(x)], [x, w])[0],
+                        run(h, "layer_norm", [np.empty_like(x), np.empty_like(x),
+                                              np.empty((2, 7), np.float32)], [x, w, w])[2]])
+        for a, g in zip(*got):
+            assert_exact(g, a)
+        xr = draw(rng, np.float32, (11, 3, 2 * n))
+        pos = rng.integers(0, 20, 11).astype(np.int32)
+        sin, cos = _tables(rng, 20, n, np.float32)
+        for algo in (0, 1):
+            a = run(cpu, "rope", [np.empty_like(xr)], [xr, pos, sin, cos], algo=algo)[0]
+            g = run(gpu, "rope", [np.empty_like(xr)], [xr, pos, sin, cos], algo=algo)[0]
+            assert_exact(g, a)
+        y = run(gpu, "softmax", [np.empty_like(x)], [x], axis=1)[0]
+        assert_close(y, ref_softmax(x, 1), np.float32)
