@@ -13,7 +13,8 @@ The body is rendered one statement per expression node (SSA), in the node's own 
 Layout kinds (decided once, at create):
 - 'flat': one dense loop; each input is dense ('1') or a single broadcast value ('0'). Large
   outputs use non-temporal stores: the head is peeled to 64-byte alignment and full blocks of
-  64 KiB are stored with ``nt_store`` (see intrinsics.py for the alignment discipline).
+  64 KiB are stored with ``nt_store`` (see intrinsics.py for the alignment discipline);
+  outputs narrower than 4 bytes as packed 32-bit words (``_Gen.packed_loop``).
 - 'strided': rows of the normalised layout; the innermost dim's stride class per slot is
   baked into the code ('1' contiguous, '0' broadcast, 'g' general) so unit-stride rows vectorise.
 - 'tiled': 2-D tiles over (a transposed input's dense dim, the output's dense dim).
