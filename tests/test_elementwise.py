@@ -762,6 +762,50 @@ def test_forced_parallel_and_nt_on_small_sizes(handle, monkeypatch):
         assert_exact(out, reference(OP["mul"], F32, [a, b]))
 
 
+def test_forced_nt_narrow_outputs(handle, monkeypatch):
+    """Outputs narrower than 4 bytes are streamed as packed 32-bit words (then a tail of
+    ordinary stores): fp16, int8 and bool outputs, two outputs at once (swap), rows with an odd
+    length and split into chunks; heads peeled to 64 bytes, odd addresses, outputs whose
+    alignments differ (not streamed), each over one full NT block."""
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    rng = np.random.default_rng(10)
+    for dtype, n, offsets in [(F16, 5, (2,)), (F16, 32768 + 61, (0, 2, 62, 1)),
+                              (I8, 65536 + 100, (0, 1, 63))]:
+        a, b = draw(rng, dtype, (n,)), draw(rng, dtype, (n,))
+        want = reference(OP["sub"], dtype, [a, b])
+        for off in offsets:
+            out, raw, start = _offset_out(n, dtype, off)
+            _desc_call(handle, "sub", out, [a, b])
+            assert_exact(out, want)
+            _check_raw(raw, start, n * dtype.itemsize)
+    n = 65536 + 100
+    a = draw(rng, F32, (n,))
+    b = np.where(rng.random(n) < 0.5, a, draw(rng, F32, (n,)))
+    for off in (0, 3):
+        out, raw, start = _offset_out(n, DType.BOOL, off)
+        _desc_call(handle, "equal", out, [a, b])
+        assert_exact(out, a == b)
+        _check_raw(raw, start, n)
+    for shape in [(3, 701), (2, 40011)]:
+        a, b = draw(rng, F16, shape), draw(rng, F16, shape[1:])
+        out, raw, start = _offset_out(prod(shape), F16, 6)
+        out = out.reshape(shape)
+        _desc_call(handle, "sub", out, [a, b])
+        assert_exact(out, reference(OP["sub"], F16, [a, np.broadcast_to(b, shape)]))
+        _check_raw(raw, start, out.nbytes)
+    n = 32768 + 61
+    x0, y0 = draw(rng, F16, (n,)), draw(rng, F16, (n,))
+    for offs in [(2, 2), (2, 4)]:
+        (x, xraw, xs), (y, yraw, ys) = (_offset_out(n, F16, o) for o in offs)
+        x[:], y[:] = x0, y0
+        infiniop.swap(x, y)
+        assert_exact(x, y0)
+        assert_exact(y, x0)
+        _check_raw(xraw, xs, 2 * n)
+        _check_raw(yraw, ys, 2 * n)
+
+
 # ---------------------------------------------------------------------------------------------
 # User-defined operators
 # ---------------------------------------------------------------------------------------------

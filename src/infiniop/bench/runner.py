@@ -172,6 +172,9 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e6:.1f}us" if s < 1e-3 else f"{s * 1e3:.2f}ms"
 
 
+_KNOWN = {"infiniop", "infiniop.fn", "numpy", "torch"}
+
+
 def _print_table(records: list[dict], out) -> None:
     head = records[0]
     b = head["bandwidth"]
@@ -181,6 +184,9 @@ def _print_table(records: list[dict], out) -> None:
     print("times are medians over interleaved rounds; GB/s = bytes read + written / time; %ceil = "
           "of the copy ceiling for one-input cases, of the triad ceiling otherwise", file=out)
     cols = ["case", "infiniop", "GB/s", "%ceil", "fn", "numpy", "torch", "x numpy", "x torch", "spread"]
+    # implementations beyond ours and the peers (a C probe, say): a %ceil column each
+    extra = sorted({k for r in records[1:] for k in r.get("impls", ())} - _KNOWN)
+    cols += [f"{k} %ceil" for k in extra]
     rows = []
     for r in records[1:]:
         name = f"{r['op']} {r['dtype']} {r['layout']} {'x'.join(map(str, r['shape']))}"
@@ -198,7 +204,7 @@ def _print_table(records: list[dict], out) -> None:
             f"{r['speedup_vs_numpy']:.2f}" if "speedup_vs_numpy" in r else "-",
             f"{r['speedup_vs_torch']:.2f}" if "speedup_vs_torch" in r else "-",
             f"{100 * g['spread']:.0f}%",
-        ])
+        ] + [f"{100 * im[k]['of_ceiling']:.0f}%" if k in im else "-" for k in extra])
     if "torch" not in head:
         print("torch: not installed, so its column is empty (pip install 'infiniop[torch]'; "
               "the README shows the CPU-only wheel)", file=out)

@@ -43,6 +43,7 @@ class Prepared:
     results: dict[str, Callable[[], np.ndarray]]
     nbytes: int  # bytes read + written once by an ideal implementation
     streams_in: int = 1  # inputs read as arrays (not broadcast scalars): picks the ceiling
+    inputs: tuple = ()  # the operands read (for extra implementations added by a caller)
 
 
 @dataclass
@@ -167,7 +168,7 @@ def _elementwise(op: str, dtype: str, layout: str, size: int, threads: int) -> C
         results = {k: (lambda k=k: outs[k]) for k in impls}
         nbytes = sum(_unique_bytes(x) for x in ins) + outs["infiniop"].size * outs["infiniop"].itemsize
         streams = sum(_unique_bytes(x) * 8 >= _unique_bytes(a) for x in ins)
-        return Prepared(impls, results, nbytes, streams)
+        return Prepared(impls, results, nbytes, streams, ins)
 
     return Case(op, dtype, layout, shape, build)
 

@@ -13,7 +13,8 @@ The body is rendered one statement per expression node (SSA), in the node's own 
 Layout kinds (decided once, at create):
 - 'flat': one dense loop; each input is dense ('1') or a single broadcast value ('0'). Large
   outputs use non-temporal stores: the head is peeled to 64-byte alignment and full blocks of
-  64 KiB are stored with ``nt_store`` (see intrinsics.py for the alignment discipline).
+  64 KiB are stored with ``nt_store`` (see intrinsics.py for the alignment discipline);
+  outputs narrower than 4 bytes as packed 32-bit words (``_Gen.packed_loop``).
 - 'strided': rows of the normalised layout; the innermost dim's stride class per slot is
   baked into the code ('1' contiguous, '0' broadcast, 'g' general) so unit-stride rows vectorise.
 - 'tiled': 2-D tiles over (a transposed input's dense dim, the output's dense dim).
@@ -116,9 +117,10 @@ def _node(node: Expr, a: list[str]) -> str:
     return _UNARY[op].format(*a)
 
 
-def render_body(results, inputs: list[str], params: list[str]) -> tuple[list[str], list[str]]:
+def render_body(results, inputs: list[str], params: list[str],
+                prefix: str = "t") -> tuple[list[str], list[str]]:
     """(statements, result variables): one statement per node of the DAG over the loaded
-    inputs (variables ``inputs[k]``) and parameters."""
+    inputs (variables ``inputs[k]``) and parameters; temporaries are ``<prefix><n>``."""
     names: dict[int, str] = {}
     lines: list[str] = []
     for node in topo(results):
@@ -129,7 +131,7 @@ def render_body(results, inputs: list[str], params: list[str]) -> tuple[list[str
         elif node.op == "const":
             names[id(node)] = _const(node.args[0], node.dtype)
         else:
-            v = f"t{len(lines)}"
+            v = f"{prefix}{len(lines)}"
             lines.append(f"{v} = {_node(node, [names[id(x)] for x in node.args])}")
             names[id(node)] = v
     return lines, [names[id(r)] for r in results]
@@ -185,24 +187,40 @@ class _Gen:
         s = self.slots[j]
         return s.load is not None and s.load in self.used
 
-    def loads(self, indent: str, ptr: str, index: str, hoisted: bool, stride: str = "st") -> None:
+    def loads(self, indent: str, ptr: str, index: str, hoisted: bool, stride: str = "st",
+              var: str = "x") -> None:
         """Load the slots whose innermost class is '0' (``hoisted``) or not."""
         for j, s in enumerate(self.slots):
             cls = self.pattern[j]
             if not self.loaded(j) or (cls == "0") != hoisted:
                 continue
-            idx = "0" if cls == "0" else index if cls == "1" else f"{index} * {stride}{j}"
-            self.emit(f"{indent}x{s.load} = {_load(s.dtype, f'{ptr}{j}[{idx}]')}")
+            idx = "0" if cls == "0" else index if cls == "1" else f"({index}) * {stride}{j}"
+            self.emit(f"{indent}{var}{s.load} = {_load(s.dtype, f'{ptr}{j}[{idx}]')}")
 
-    def body(self, indent: str, ptr: str, index: str, nt: bool, stride: str = "st") -> None:
-        self.loads(indent, ptr, index, False, stride)
+    def compute(self, indent: str, ptr: str, index: str, stride: str = "st",
+                lane: str = "") -> list[str]:
+        """Load and compute one element; the values to store, per written slot (storage type).
+        ``lane`` keeps the names of several elements computed side by side apart."""
+        var = f"x{lane}_" if lane else "x"
+        self.loads(indent, ptr, index, False, stride, var)
         nin = max([s.load for s in self.slots if s.load is not None], default=-1) + 1
-        lines, outs = render_body(self.p.results, [f"x{k}" for k in range(nin)], self.params)
+        inputs = [f"{var}{k}" if self.slots_loading(k, hoisted=False) else f"x{k}"
+                  for k in range(nin)]
+        lines, outs = render_body(self.p.results, inputs, self.params,
+                                  f"t{lane}_" if lane else "t")
         for line in lines:
             self.emit(indent + line)
-        for j in self.written:
-            s = self.slots[j]
-            value = _store(s.dtype, outs[s.store], self.p.results[s.store].dtype)
+        return [_store(self.slots[j].dtype, outs[self.slots[j].store],
+                       self.p.results[self.slots[j].store].dtype) for j in self.written]
+
+    def slots_loading(self, k: int, hoisted: bool) -> bool:
+        """Whether expression input k is loaded per element (not hoisted: a '0' slot)."""
+        return any(s.load == k and (self.pattern[j] == "0") == hoisted
+                   for j, s in enumerate(self.slots))
+
+    def body(self, indent: str, ptr: str, index: str, nt: bool, stride: str = "st") -> None:
+        values = self.compute(indent, ptr, index, stride)
+        for j, value in zip(self.written, values):
             idx = index if self.pattern[j] == "1" else f"{index} * {stride}{j}"
             if nt:
                 self.emit(f"{indent}nt_store({ptr}{j}, {idx}, {value})")
@@ -212,6 +230,47 @@ class _Gen:
     def loop(self, indent: str, ptr: str, count: str, nt: bool = False) -> None:
         self.emit(f"{indent}for i in range({count}):")
         self.body(indent + "    ", ptr, "i", nt)
+
+    def packing(self) -> int:
+        """Elements per 32-bit word of the streamed outputs: 2 (16-bit) or 4 (8-bit) when every
+        output has that width, else 1 (4 bytes or wider, or outputs of different widths, which
+        are not streamed anyway)."""
+        widths = {self.isz[j] for j in self.written}
+        width = widths.pop() if len(widths) == 1 else 4
+        return max(1, 4 // width)
+
+    def packed_loop(self, indent: str, ptr: str, words: str) -> None:
+        """``words`` iterations, each computing the elements of one 32-bit word of every output
+        (unit stride, word pointers ``w<j>``) and storing the word non-temporally, element 0 in
+        the low bits (little-endian). LLVM's loop vectoriser leaves non-temporal 8/16-bit
+        stores scalar (fp16: one ``vmovsh`` per element); 32-bit ones become 64-byte
+        ``vmovntdq``, and it sees through the packing of lane-wise bodies (no shuffles)."""
+        k = self.packing()
+        bits = 32 // k
+        self.emit(f"{indent}for i in range({words}):")
+        inner = indent + "    "
+        lanes = [self.compute(inner, ptr, f"{k} * i + {u}", lane=str(u)) for u in range(k)]
+        for n, j in enumerate(self.written):
+            # through the unsigned storage width: a signed element must not fill the high bits
+            lane = [f"np.uint32(np.uint{bits}({lanes[u][n]}))" for u in range(k)]
+            word = " | ".join(f"({v} << np.uint32({bits * u}))" if u else v for u, v in enumerate(lane))
+            self.emit(f"{inner}nt_store(w{j}, i, np.uint32({word}))")
+
+    def nt_loop(self, indent: str, ptr: str, count: str, start: str) -> None:
+        """``count`` elements from the pointers ``<ptr><j>`` with non-temporal stores. ``start``
+        (formatted with ``j``) is the byte address of element 0 of written slot j, 64-byte
+        aligned: outputs narrower than 4 bytes are stored as whole words from there
+        (``packed_loop``), then the last ``count % k`` elements with ordinary stores."""
+        k = self.packing()
+        if k == 1:
+            self.loop(indent, ptr, count, nt=True)
+            return
+        for j in self.written:
+            self.emit(f"{indent}w{j} = address_as_pointer({start.format(j=j)}, np.uint32)")
+        self.emit(f"{indent}words = ({count}) // {k}")
+        self.packed_loop(indent, ptr, "words")
+        self.emit(f"{indent}for i in range(words * {k}, {count}):")
+        self.body(indent + "    ", ptr, "i", False)
 
     def pointers(self, indent: str, ptr: str, base: str) -> None:
         for j in range(self.nslots):
@@ -257,7 +316,7 @@ class _Gen:
                 else:
                     self.emit(f"        r{j} = q{j}")
             self.emit(f"        if nt and m == {block}:")
-            self.loop("            ", "r", str(block), nt=True)
+            self.nt_loop("            ", "r", str(block), f"s{{j}} + start * {isz0}")
             self.emit("            sfence()")
             self.emit("        else:")
             self.loop("            ", "r", "m")
@@ -336,7 +395,8 @@ class _Gen:
                     if self.pattern[j] != "0":
                         e(f"                q{j} = address_as_pointer(s{j} + (g{j} + head * st{j}) * "
                           f"{self.isz[j]}, np.{self.st[j]})")
-                self.loop("                ", "q", "m - head", nt=True)
+                self.nt_loop("                ", "q", "m - head",
+                             f"s{{j}} + (g{{j}} + head * st{{j}}) * {isz0}")
                 e("                sfence()")
                 e("            else:")
                 self.loop("                ", "q", "m")

@@ -1,0 +1,143 @@
+/* C probes of the memory ceiling at the access patterns of infiniop's elementwise rows
+ * (benchmarks/bench_elementwise_probe.py builds and calls them): AVX-512, non-temporal 64-byte
+ * stores, OpenMP over the calling process's threads. Not part of the package.
+ *
+ *   gcc -O3 -march=native -fopenmp -shared -fPIC probe_elementwise.c -o probe.so
+ *
+ * Every function assumes 64-byte aligned outputs, n a multiple of 64 elements (rows of the 2-D
+ * cases a multiple of 64 elements) and returns after an sfence on each thread. The values are
+ * the operator's (checked bit for bit against infiniop's by the bench runner), so the probe moves
+ * the same bytes with the same instructions a hand-written kernel would use.
+ */
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BLOCK 16384 /* elements per OpenMP chunk */
+
+void sub_f32(float *restrict c, const float *restrict a, const float *restrict b_, long n) {
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < n; b += BLOCK) {
+        long e = b + BLOCK < n ? b + BLOCK : n;
+        for (long i = b; i < e; i += 16)
+            _mm512_stream_ps(c + i, _mm512_sub_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b_ + i)));
+        _mm_sfence();
+    }
+}
+
+/* f16: vcvtph2ps, f32 subtract, vcvtps2ph (round to nearest even): 32 results per line */
+void sub_f16(uint16_t *restrict c, const uint16_t *restrict a, const uint16_t *restrict b_, long n) {
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < n; b += BLOCK) {
+        long e = b + BLOCK < n ? b + BLOCK : n;
+        for (long i = b; i < e; i += 32) {
+            __m512 x0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i)));
+            __m512 y0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b_ + i)));
+            __m512 x1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i + 16)));
+            __m512 y1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b_ + i + 16)));
+            __m256i r0 = _mm512_cvtps_ph(_mm512_sub_ps(x0, y0), _MM_FROUND_TO_NEAREST_INT);
+            __m256i r1 = _mm512_cvtps_ph(_mm512_sub_ps(x1, y1), _MM_FROUND_TO_NEAREST_INT);
+            _mm512_stream_si512((void *)(c + i),
+                                _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1));
+        }
+        _mm_sfence();
+    }
+}
+
+static inline __m512 bf16_lo(__m512i v) { /* elements 0..15 of 32 bf16 -> f32 */
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
+}
+static inline __m512 bf16_hi(__m512i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
+}
+
+/* bf16: widen by shifting, f32 subtract, vcvtne2ps2bf16 (round to nearest even; unlike infiniop
+ * it flushes subnormal differences to zero, which the benchmark's data never produces) */
+void sub_bf16(uint16_t *restrict c, const uint16_t *restrict a, const uint16_t *restrict b_, long n) {
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < n; b += BLOCK) {
+        long e = b + BLOCK < n ? b + BLOCK : n;
+        for (long i = b; i < e; i += 32) {
+            __m512i x = _mm512_loadu_si512(a + i), y = _mm512_loadu_si512(b_ + i);
+            __m512 lo = _mm512_sub_ps(bf16_lo(x), bf16_lo(y));
+            __m512 hi = _mm512_sub_ps(bf16_hi(x), bf16_hi(y));
+            _mm512_stream_si512((void *)(c + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        _mm_sfence();
+    }
+}
+
+/* clip with scalar bounds; a NaN x stays NaN as in infiniop (vmaxps/vminps return the second
+ * operand when either is NaN) */
+void clip_f32(float *restrict c, const float *restrict a, float lo, float hi, long n) {
+    __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < n; b += BLOCK) {
+        long e = b + BLOCK < n ? b + BLOCK : n;
+        for (long i = b; i < e; i += 16) {
+            __m512 x = _mm512_loadu_ps(a + i);
+            _mm512_stream_ps(c + i, _mm512_min_ps(vhi, _mm512_max_ps(vlo, x)));
+        }
+        _mm_sfence();
+    }
+}
+
+/* c[r, :] = a[r, :] - b[r] */
+void sub_rowbcast_f32(float *restrict c, const float *restrict a, const float *restrict b_, long rows,
+                      long cols) {
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        __m512 y = _mm512_set1_ps(b_[r]);
+        for (long i = 0; i < cols; i += 16)
+            _mm512_stream_ps(c + r * cols + i, _mm512_sub_ps(_mm512_loadu_ps(a + r * cols + i), y));
+        _mm_sfence();
+    }
+}
+
+/* 16x16 float32 transpose in registers: in-lane 4x4 transposes (unpack, shuffle), then a 4x4
+ * transpose of the 128-bit blocks (two rounds of shuffle_f32x4) */
+static inline void tr16(__m512 *r) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* u[4g + j], lane L: rows 4g..4g+3 of column 4L + j */
+    for (int g = 0; g < 4; g++) {
+        u[4 * g + 0] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        __m512 a0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+        __m512 a1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+        __m512 a2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        __m512 a3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_f32x4(a0, a2, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(a0, a2, 0xDD);
+        r[4 + j] = _mm512_shuffle_f32x4(a1, a3, 0x88);
+        r[12 + j] = _mm512_shuffle_f32x4(a1, a3, 0xDD);
+    }
+}
+
+/* c[r, k] = at[k, r] - b[r, k]: at is (cols, rows) row-major (c = at.T - b), tiles of 16 rows of
+ * c x 16 columns, a task = a 32-row strip walked along the columns of c (along at's rows). */
+void sub_transposed_f32(float *restrict c, const float *restrict at, const float *restrict b_,
+                        long rows, long cols) {
+#pragma omp parallel for schedule(static)
+    for (long r0 = 0; r0 < rows; r0 += 32) {
+        for (long k0 = 0; k0 < cols; k0 += 16) {
+            for (long rr = r0; rr < r0 + 32; rr += 16) {
+                __m512 v[16];
+                for (int k = 0; k < 16; k++) v[k] = _mm512_loadu_ps(at + (k0 + k) * rows + rr);
+                tr16(v);
+                for (int i = 0; i < 16; i++) {
+                    long off = (rr + i) * cols + k0;
+                    _mm512_stream_ps(c + off, _mm512_sub_ps(v[i], _mm512_loadu_ps(b_ + off)));
+                }
+            }
+        }
+        _mm_sfence();
+    }
+}
