@@ -16,11 +16,13 @@ constants (:data:`_T`):
   evaluation would lose the last bit: max error <= 0.76 ulp, >= 99.6% correctly rounded
   (measured on 1M inputs per function; tests/test_mathlib.py, benchmarks/mathlib_accuracy.py).
   A subnormal result is rounded twice at most (<= 1 ulp). The error-function family (erf,
-  erfc, erfinv, gelu) takes its smooth factor from a float64 polynomial.
+  erfc, erfinv) takes its smooth factor from a float64 polynomial; float32 gelu is computed
+  in float64 and rounded once.
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu and gelu_tanh use plain float32 versions (half the operations), still correctly rounded
-  except when the exact value lies within their float32 error of a half-type tie.
+  gelu and gelu_tanh use plain float32 versions (about half the operations, a degree-5 exp),
+  still correctly rounded except when the exact value lies within their float32 error
+  (~2^-21) of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.9 ulp, >= 96% correctly
   rounded.
 At +-inf the functions give their limits (silu(-inf) = -0, gelu(+inf) = inf, hardswish(-inf) =
@@ -495,13 +497,20 @@ def _tanh_half(m, x):
 
 
 def _gelu_half(m, x):
-    """x Phi(x) with Phi(-y) = exp(-y^2/2) v G(v - VC) / 2, v = 1/(y/sqrt 2 + 3); y = |x|
-    limited to 15 (beyond, x (1 - Phi(-y)) rounds to x), x below -15 to -15 (rounds to -0)."""
-    xc = _at_least(m, x, -15.0)
-    y = _at_most(m, m.abs(xc), 15.0)
-    E = _exp_neg_plain(m, (y * y) * -0.5)
+    """x Phi(x) with Phi(-y) = exp(-y^2/2) v G(v - VC) / 2, v = 1/(y/sqrt 2 + 3), y = |x|
+    limited to L (beyond, x (1 - Phi(-y)) rounds to x) and x below -L to -L (rounds to -0):
+    L = 6.1 for fp16 results (exp(-y^2/2) / 2 normal: one scaling), 15 for bf16 (two)."""
+    T = _consts(x)
+    f16 = m.result_bits > 8
+    lim = 6.1 if f16 else 15.0
+    xc = _at_least(m, x, -lim)
+    y = _at_most(m, m.abs(xc), lim)
+    t, p = _expm1_plain(m, (y * y) * -0.5)
+    E = (p + 1.0) * _pow2(m, t, -1 if f16 else T.scale_split - 1, x)   # exp(-y^2/2) / 2 (2^s)
     v = 1.0 / m.fma(y, _hex("0x1.6a09e6p-1"), 3.0)
-    q = (E * (v * _horner(m, v - _F32_GELU_VC, _F32_GELU_G7))) * 0.5   # Phi(-|x|)
+    q = E * (v * _horner(m, v - _F32_GELU_VC, _F32_GELU_G7))          # Phi(-|x|)
+    if not f16:
+        q = q * 2.0 ** -T.scale_split
     return xc * m.where(xc < 0.0, q, 1.0 - q)                          # x = -0: -0 (1 - q)
 
 
