@@ -277,7 +277,8 @@ def expm1(m, x):
 
 
 def _sigmoid_parts(m, x, xl=None):
-    """sigmoid(x + xl) = Rh (1 + e1) * Z with Z = Z2 * 2^-s, for x within [sig_lo, sig_hi].
+    """sigmoid(x + xl) = Z / (dh + dl) with Z = Z2 * 2^-s, for x within [sig_lo, sig_hi];
+    rh = RN(1 / dh).
 
     sigmoid(x) = Z / (Z + E) with exp(-x) = 2^n E, Z = 2^-n: no cancellation on either side,
     and Z2 = 2^(s - n) is normal, so scaling by Z2 then 2^-s rounds a subnormal result once
@@ -289,29 +290,33 @@ def _sigmoid_parts(m, x, xl=None):
     z = z2 * 2.0 ** -T.scale_split
     big = z > s                                            # Fast2Sum of the larger and smaller
     dh, de = _fast_two_sum(m.where(big, z, s), m.where(big, s, z))
-    rh = 1.0 / dh
-    e1 = m.fma(-rh, de + sl, m.fma(-rh, dh, 1.0))          # 1 / (Z + E) = rh (1 + e1)
-    return rh, e1, z2
+    return 1.0 / dh, dh, de + sl, z2
+
+
+def _recip_err(m, rh, dh, dl):
+    """e1 with 1 / (dh + dl) = rh (1 + e1)."""
+    return m.fma(-rh, dl, m.fma(-rh, dh, 1.0))
 
 
 def sigmoid(m, x):
     if _half_result(m, x):
         return _sigmoid_half(m, x, lambda a, t: m.where(x >= 0.0, _c(m, 1.0, x), t))
     T = _consts(x)
-    rh, e1, z2 = _sigmoid_parts(m, _clamp(m, x, T.sig_lo, T.sig_hi))
-    return (m.fma(rh, e1, rh) * z2) * 2.0 ** -T.scale_split
+    rh, dh, dl, z2 = _sigmoid_parts(m, _clamp(m, x, T.sig_lo, T.sig_hi))
+    return (m.fma(rh, _recip_err(m, rh, dh, dl), rh) * z2) * 2.0 ** -T.scale_split
 
 
 def _times_sigmoid(m, a, x, v, vl=None):
     """a * x * sigmoid(v + vl) with one rounding, for v within [sig_lo, sig_hi], |x| below
     ~2^(bias - s) and a * x at most ~1e30 when v < 0 (a = None: x * sigmoid)."""
     T = _consts(x)
-    rh, e1, z2 = _sigmoid_parts(m, v, vl)
-    ph, pl = _two_prod(m, x, rh)
-    y = ph + m.fma(ph, e1, pl)                             # x sigmoid(v) / Z, rounded once below
-    if a is None:
+    rh, dh, dl, z2 = _sigmoid_parts(m, v, vl)
+    if a is None:                                          # x sigmoid(v) / Z = x / (dh + dl):
+        q = x * rh                                         # the quotient and its remainder
+        y = m.fma(m.fma(-q, dl, m.fma(-q, dh, x)), rh, q)  # (rounded once below)
         return (y * z2) * 2.0 ** -T.scale_split
-    y = m.fma(a, ph, a * m.fma(ph, e1, pl))
+    ph, pl = _two_prod(m, x, rh)
+    y = m.fma(a, ph, a * m.fma(ph, _recip_err(m, rh, dh, dl), pl))
     # for v >= 0, Z = 2^-n >= 1 is one exact factor (a * x * sigmoid may be huge)
     pos = v >= 0.0
     f = m.where(pos, z2 * 2.0 ** -T.scale_split, z2)
