@@ -478,13 +478,23 @@ def _exp_neg_plain(m, a):
     return ((p + 1.0) * _pow2(m, t, T.scale_split, a)) * 2.0 ** -T.scale_split
 
 
+def _exp_neg_limited(m, a):
+    """(a', exp(a')) with a' = a limited below, for a <= 0 (sigmoid, silu, gelu_tanh): to -24
+    for fp16 results (e^-24 = 2^-34.6 is below their rounding wherever the limit applies, and
+    2^n stays normal: one scaling), to sig_lo for bf16 (float32's range)."""
+    if m.result_bits > 8:
+        a = _at_least(m, a, -24.0)
+        t, p = _expm1_plain(m, a)
+        return a, (p + 1.0) * _pow2(m, t, 0, a)
+    a = _at_least(m, a, _consts(a).sig_lo)
+    return a, _exp_neg_plain(m, a)
+
+
 def _sigmoid_half(m, x, numer):
-    """numer(a, t) / (1 + t) with a = -|x| (limited to sig_lo) and t = exp(a): sigmoid (numer
-    1 or t), silu (x or a t). No upper clamp: for large x, t is below 2^-24 and 1 + t rounds
-    to 1; a t gives silu's -0 at -inf."""
-    T = _consts(x)
-    a = _at_least(m, -m.abs(x), T.sig_lo)
-    t = _exp_neg_plain(m, a)
+    """numer(a, t) / (1 + t) with a = -|x| (limited below) and t = exp(a): sigmoid (numer 1 or
+    t), silu (x or a t). No upper clamp: for large x, t is below 2^-24 and 1 + t rounds to 1;
+    a t gives silu's -0 at -inf."""
+    a, t = _exp_neg_limited(m, -m.abs(x))
     return numer(a, t) / (t + 1.0)
 
 
@@ -520,13 +530,13 @@ def _gelu_half(m, x):
 
 
 def _gelu_tanh_half(m, x):
-    """x / (1 + exp(-v)), v = x (c1 + c2 x^2): x limited below (rounds to -0), -|v| limited to
-    sig_lo (for large x, x / (1 + t) rounds to x; x = -0: -0 / 2)."""
+    """x / (1 + exp(-v)), v = x (c1 + c2 x^2): x limited below (rounds to -0), -|v| too (for
+    large x, x / (1 + t) rounds to x; x = -0: -0 / 2)."""
     T = _consts(x)
     (c1h, _), (c2h, _) = T.gelu_tanh_c
     xc = _at_least(m, x, T.gelu_tanh_range[0])
     v = xc * m.fma(xc * xc, c2h, c1h)
-    t = _exp_neg_plain(m, _at_least(m, -m.abs(v), T.sig_lo))
+    _, t = _exp_neg_limited(m, -m.abs(v))
     return m.where(v >= 0.0, xc, xc * t) / (t + 1.0)
 
 
