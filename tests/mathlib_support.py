@@ -356,7 +356,8 @@ import numpy as np
 from numba import njit, prange
 from mathlib_intrinsics import (fma, bitcast, fneg, fabs, fsqrt, ffloor, fceil, ftrunc, frint,
     iadd, isub, imul, iand_, ior_, ixor, ishl, iashr, ilshr, _minimum, _maximum)
-from infiniop.backends.cpu.intrinsics import f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16
+from infiniop.backends.cpu.intrinsics import (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16,
+    prefer_512_bit_vectors)
 '''
 
 _counter = itertools.count()
@@ -368,6 +369,7 @@ def numba_kernel(fn, dtype="f32", store="f32", parallel=False, result_bits=None)
 
     ``store``: 'f32'/'f64' plain arrays, 'f16'/'bf16' uint16 storage (loaded/stored through the
     framework's conversions, computed in f32, with ``m.result_bits`` 11 / 8 unless given).
+    512-bit vectors, as the pipeline's kernels ask for (a prange body is a function of its own).
     """
     if result_bits is None:
         result_bits = {"f16": 11, "bf16": 8}.get(store)
@@ -389,7 +391,9 @@ def numba_kernel(fn, dtype="f32", store="f32", parallel=False, result_bits=None)
 
 @njit(nogil=True, error_model="numpy", boundscheck=False, parallel={parallel})
 def kernel(x, out):
+    prefer_512_bit_vectors()
     for i in {"prange" if parallel else "range"}(x.shape[0]):
+        prefer_512_bit_vectors()
         x0 = {load}
 {body}
         out[i] = {put}

@@ -16,11 +16,13 @@ constants (:data:`_T`):
   evaluation would lose the last bit: max error <= 0.76 ulp, >= 99.6% correctly rounded
   (measured on 1M inputs per function; tests/test_mathlib.py, benchmarks/mathlib_accuracy.py).
   A subnormal result is rounded twice at most (<= 1 ulp). The error-function family (erf,
-  erfc, erfinv, gelu) takes its smooth factor from a float64 polynomial.
+  erfc, erfinv) takes its smooth factor from a float64 polynomial; float32 gelu is computed
+  in float64 and rounded once.
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu and gelu_tanh use plain float32 versions (half the operations), still correctly rounded
-  except when the exact value lies within their float32 error of a half-type tie.
+  gelu and gelu_tanh use plain float32 versions (about half the operations, a degree-5 exp),
+  still correctly rounded except when the exact value lies within their float32 error
+  (~2^-21) of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.9 ulp, >= 96% correctly
   rounded.
 At +-inf the functions give their limits (silu(-inf) = -0, gelu(+inf) = inf, hardswish(-inf) =
@@ -158,7 +160,14 @@ def _horner(m, x, coeffs):
 
 def _clamp(m, x, lo, hi):
     """x limited to [lo, hi]; NaN stays NaN (a compare + select each: x86 min/max)."""
-    x = m.where(x < lo, _c(m, lo, x), x)
+    return _at_most(m, _at_least(m, x, lo), hi)
+
+
+def _at_least(m, x, lo):
+    return m.where(x < lo, _c(m, lo, x), x)
+
+
+def _at_most(m, x, hi):
     return m.where(x > hi, _c(m, hi, x), x)
 
 
@@ -268,7 +277,8 @@ def expm1(m, x):
 
 
 def _sigmoid_parts(m, x, xl=None):
-    """sigmoid(x + xl) = Rh (1 + e1) * Z with Z = Z2 * 2^-s, for x within [sig_lo, sig_hi].
+    """sigmoid(x + xl) = Z / (dh + dl) with Z = Z2 * 2^-s, for x within [sig_lo, sig_hi];
+    rh = RN(1 / dh).
 
     sigmoid(x) = Z / (Z + E) with exp(-x) = 2^n E, Z = 2^-n: no cancellation on either side,
     and Z2 = 2^(s - n) is normal, so scaling by Z2 then 2^-s rounds a subnormal result once
@@ -280,29 +290,33 @@ def _sigmoid_parts(m, x, xl=None):
     z = z2 * 2.0 ** -T.scale_split
     big = z > s                                            # Fast2Sum of the larger and smaller
     dh, de = _fast_two_sum(m.where(big, z, s), m.where(big, s, z))
-    rh = 1.0 / dh
-    e1 = m.fma(-rh, de + sl, m.fma(-rh, dh, 1.0))          # 1 / (Z + E) = rh (1 + e1)
-    return rh, e1, z2
+    return 1.0 / dh, dh, de + sl, z2
+
+
+def _recip_err(m, rh, dh, dl):
+    """e1 with 1 / (dh + dl) = rh (1 + e1)."""
+    return m.fma(-rh, dl, m.fma(-rh, dh, 1.0))
 
 
 def sigmoid(m, x):
     if _half_result(m, x):
-        return _sigmoid_half(m, x, lambda xc, t: m.where(xc >= 0.0, _c(m, 1.0, x), t))
+        return _sigmoid_half(m, x, lambda a, t: m.where(x >= 0.0, _c(m, 1.0, x), t))
     T = _consts(x)
-    rh, e1, z2 = _sigmoid_parts(m, _clamp(m, x, T.sig_lo, T.sig_hi))
-    return (m.fma(rh, e1, rh) * z2) * 2.0 ** -T.scale_split
+    rh, dh, dl, z2 = _sigmoid_parts(m, _clamp(m, x, T.sig_lo, T.sig_hi))
+    return (m.fma(rh, _recip_err(m, rh, dh, dl), rh) * z2) * 2.0 ** -T.scale_split
 
 
 def _times_sigmoid(m, a, x, v, vl=None):
     """a * x * sigmoid(v + vl) with one rounding, for v within [sig_lo, sig_hi], |x| below
     ~2^(bias - s) and a * x at most ~1e30 when v < 0 (a = None: x * sigmoid)."""
     T = _consts(x)
-    rh, e1, z2 = _sigmoid_parts(m, v, vl)
-    ph, pl = _two_prod(m, x, rh)
-    y = ph + m.fma(ph, e1, pl)                             # x sigmoid(v) / Z, rounded once below
-    if a is None:
+    rh, dh, dl, z2 = _sigmoid_parts(m, v, vl)
+    if a is None:                                          # x sigmoid(v) / Z = x / (dh + dl):
+        q = x * rh                                         # the quotient and its remainder
+        y = m.fma(m.fma(-q, dl, m.fma(-q, dh, x)), rh, q)  # (rounded once below)
         return (y * z2) * 2.0 ** -T.scale_split
-    y = m.fma(a, ph, a * m.fma(ph, e1, pl))
+    ph, pl = _two_prod(m, x, rh)
+    y = m.fma(a, ph, a * m.fma(ph, _recip_err(m, rh, dh, dl), pl))
     # for v >= 0, Z = 2^-n >= 1 is one exact factor (a * x * sigmoid may be huge)
     pos = v >= 0.0
     f = m.where(pos, z2 * 2.0 ** -T.scale_split, z2)
@@ -310,9 +324,6 @@ def _times_sigmoid(m, a, x, v, vl=None):
 
 
 def _silu(m, x):
-    if _half_result(m, x):
-        return m.where(x > _consts(x).sig_hi, x,
-                       _sigmoid_half(m, x, lambda xc, t: m.where(xc >= 0.0, xc, xc * t)))
     T = _consts(x)
     xc = _clamp(m, x, T.sig_lo, T.sig_hi)                  # silu(sig_lo) rounds to -0
     return m.where(x > T.sig_hi, x, _times_sigmoid(m, None, xc, xc))
@@ -341,8 +352,6 @@ def _gelu_tanh(m, x):
     """x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) = x * sigmoid(x (c1 + c2 x^2)), with
     c1 = 2 sqrt(2/pi), c2 = 0.044715 c1: no cancellation for x < 0; v = x (c1 + c2 x^2) is
     kept as a double-float (sigmoid(v) is sensitive to v's absolute error)."""
-    if _half_result(m, x):
-        return _gelu_tanh_half(m, x)
     T = _consts(x)
     (c1h, c1l), (c2h, c2l) = T.gelu_tanh_c
     lo, hi = T.gelu_tanh_range
@@ -415,7 +424,7 @@ def tanh(m, x):
     if _half_result(m, x):
         return _tanh_half(m, x)
     T = _consts(x)
-    b = _clamp(m, m.abs(x) * -2.0, -T.tanh_2x_max, 0.0)
+    b = _at_least(m, m.abs(x) * -2.0, -T.tanh_2x_max)
     t, u, ul = _expm1_core(m, b)
     S = _pow2(m, t, 0, x)                                  # exp(b) = S (1 + u + ul), S <= 1
     a, ae = _fast_two_sum(_c(m, -1.0, x), S)
@@ -447,13 +456,18 @@ def _half_result(m, x):
     return x.dtype == "f32" and getattr(m, "result_bits", 24) <= 11
 
 
+# expm1(r) = r + r^2 (1/2 + r B(r)), |r| <= ln2/2: 2^-21.9 relative to exp(r) (B fitted by
+# Lawson's weighted least squares; degree 7 in float32 paths): fp16/bf16 results round the same
+_HALF_EXP_B = (_hex("0x1.555a92p-3"), _hex("0x1.568de6p-5"), _hex("0x1.0e8d20p-7"))
+
+
 def _expm1_plain(m, x):
-    """exp(x) = 2^n (1 + p) in plain float32 (p ~1 ulp relative), x within the clamps."""
+    """exp(x) = 2^n (1 + p) in plain float32 (p ~2^-21), x within the clamps."""
     T = _consts(x)
     t = m.fma(x, T.log2e, T.magic)
     nf = t - T.magic
     r = m.fma(nf, -T.ln2_lo, m.fma(nf, -T.ln2_hi, x))
-    q = m.fma(r, _horner(m, r, [c * 0.5 for c in T.exp_p]), 0.5)
+    q = m.fma(r, _horner(m, r, _HALF_EXP_B), 0.5)
     return t, m.fma(r * r, q, r)
 
 
@@ -464,17 +478,33 @@ def _exp_neg_plain(m, a):
     return ((p + 1.0) * _pow2(m, t, T.scale_split, a)) * 2.0 ** -T.scale_split
 
 
+def _exp_neg_limited(m, a):
+    """(a', exp(a')) with a' = a limited below, for a <= 0 (sigmoid, silu, gelu_tanh): to -24
+    for fp16 results (e^-24 = 2^-34.6 is below their rounding wherever the limit applies, and
+    2^n stays normal: one scaling), to sig_lo for bf16 (float32's range)."""
+    if m.result_bits > 8:
+        a = _at_least(m, a, -24.0)
+        t, p = _expm1_plain(m, a)
+        return a, (p + 1.0) * _pow2(m, t, 0, a)
+    a = _at_least(m, a, _consts(a).sig_lo)
+    return a, _exp_neg_plain(m, a)
+
+
 def _sigmoid_half(m, x, numer):
-    """numer(x, t) / (1 + t) with t = exp(-|x|): sigmoid (numer 1 or t), silu (x or x t)."""
-    T = _consts(x)
-    xc = _clamp(m, x, T.sig_lo, T.sig_hi)
-    t = _exp_neg_plain(m, -m.abs(xc))
-    return numer(xc, t) / (t + 1.0)
+    """numer(a, t) / (1 + t) with a = -|x| (limited below) and t = exp(a): sigmoid (numer 1 or
+    t), silu (x or a t). No upper clamp: for large x, t is below 2^-24 and 1 + t rounds to 1;
+    a t gives silu's -0 at -inf."""
+    a, t = _exp_neg_limited(m, -m.abs(x))
+    return numer(a, t) / (t + 1.0)
+
+
+def _silu_half(m, x):
+    return _sigmoid_half(m, x, lambda a, t: m.where(x >= 0.0, x, a * t))   # x = -0: -0 / 2
 
 
 def _tanh_half(m, x):
     T = _consts(x)
-    b = _clamp(m, m.abs(x) * -2.0, -T.tanh_2x_max, 0.0)
+    b = _at_least(m, m.abs(x) * -2.0, -T.tanh_2x_max)
     t, p = _expm1_plain(m, b)
     S = _pow2(m, t, 0, x)
     e = m.fma(S, p, S - 1.0)                               # expm1(b), S - 1 exact
@@ -482,24 +512,32 @@ def _tanh_half(m, x):
 
 
 def _gelu_half(m, x):
-    xc = _clamp(m, x, -15.0, 5.5)
-    y = m.abs(xc)
-    E = _exp_neg_plain(m, (y * y) * -0.5)
+    """x Phi(x) with Phi(-y) = exp(-y^2/2) v G(v - VC) / 2, v = 1/(y/sqrt 2 + 3), y = |x|
+    limited to L (beyond, x (1 - Phi(-y)) rounds to x) and x below -L to -L (rounds to -0):
+    L = 6.1 for fp16 results (exp(-y^2/2) / 2 normal: one scaling), 15 for bf16 (two)."""
+    T = _consts(x)
+    f16 = m.result_bits > 8
+    lim = 6.1 if f16 else 15.0
+    xc = _at_least(m, x, -lim)
+    y = _at_most(m, m.abs(xc), lim)
+    t, p = _expm1_plain(m, (y * y) * -0.5)
+    E = (p + 1.0) * _pow2(m, t, -1 if f16 else T.scale_split - 1, x)   # exp(-y^2/2) / 2 (2^s)
     v = 1.0 / m.fma(y, _hex("0x1.6a09e6p-1"), 3.0)
-    q = (E * (v * _horner(m, v - _F32_GELU_VC, _F32_GELU_G7))) * 0.5   # Phi(-|x|)
-    g = xc * m.where(xc < 0.0, q, 1.0 - q)
-    return m.where(x > 5.5, x, g)
+    q = E * (v * _horner(m, v - _F32_GELU_VC, _F32_GELU_G7))          # Phi(-|x|)
+    if not f16:
+        q = q * 2.0 ** -T.scale_split
+    return xc * m.where(xc < 0.0, q, 1.0 - q)                          # x = -0: -0 (1 - q)
 
 
 def _gelu_tanh_half(m, x):
+    """x / (1 + exp(-v)), v = x (c1 + c2 x^2): x limited below (rounds to -0), -|v| too (for
+    large x, x / (1 + t) rounds to x; x = -0: -0 / 2)."""
     T = _consts(x)
     (c1h, _), (c2h, _) = T.gelu_tanh_c
-    lo, hi = T.gelu_tanh_range
-    xc = _clamp(m, x, lo, hi)
+    xc = _at_least(m, x, T.gelu_tanh_range[0])
     v = xc * m.fma(xc * xc, c2h, c1h)
-    t = _exp_neg_plain(m, -m.abs(v))
-    y = m.where(v >= 0.0, xc, xc * t) / (t + 1.0)
-    return m.where(x > hi, x, y)
+    _, t = _exp_neg_limited(m, -m.abs(v))
+    return m.where(v >= 0.0, xc, xc * t) / (t + 1.0)
 
 
 # ---------------------------------------------------------------------------- log family
@@ -791,35 +829,22 @@ _F64_SQRT_HALF = _hex("0x1.6a09e667f3bcdp-1")
 def _gelu(m, x):
     """x * Phi(x) = x * erfc(-x / sqrt 2) / 2 (the erf form).
 
-    float32: Phi(-|x|) = exp(-x^2/2) F(z) / 2, z = |x| / sqrt 2, with exp(-x^2/2) a float32
-    double-float (x^2 exact) and the smooth factor F(z) = exp(z^2) erfc(z) a float64 polynomial;
-    Phi(x) = 1 - Phi(-x) for x > 0 (no cancellation: Phi(-x) <= 1/2).
+    float32: in float64 (one rounding at the end), Phi(-|x|) = exp(-x^2/2) F(z) / 2 with
+    z = |x| / sqrt 2, x^2 exact, exp(-x^2/2) to 2^-39 and the smooth factor F(z) = exp(z^2)
+    erfc(z) a polynomial in 1/(z + 3) (2^-34); Phi(x) = 1 - Phi(-x) for x > 0 (no
+    cancellation: Phi(-x) <= 1/2). Fewer operations than float32 double-float steps around a
+    float64 F (measured 1.3x faster), and subnormal results are rounded once.
     """
-    if _half_result(m, x):
-        return _gelu_half(m, x)
     if x.dtype == "f32":
-        T = _consts(x)
-        xc = _clamp(m, x, -15.0, 5.5)                       # gelu rounds to -0 / x beyond
-        y = m.abs(xc)
-        X, Xe = _two_prod(m, y, y)
-        t, s, sl = _exp_core(m, X * -0.5, Xe * -0.5)       # exp(-x^2/2) = 2^n (s + sl)
-        zd = m.cast(y, "f64") * _F64_SQRT_HALF
-        v = _recip_f64_via_f32(m, zd + 3.0)
-        F = v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G)  # exp(z^2) erfc(z)
-        fh = m.cast(F, "f32")
-        fl = m.cast(F - m.cast(fh, "f64"), "f32")
-        qh, qe = _two_prod(m, s, fh)
-        ql = qe + m.fma(s, fl, sl * fh)                    # Phi(-|x|) = (qh + ql) 2^(n-1)
-        s2 = _pow2(m, t, T.scale_split - 1, x)             # 2^(n - 1 + 64): normal
-        neg = (m.fma(xc, qh, xc * ql) * s2) * 2.0 ** -T.scale_split
-        s1 = s2 * 2.0 ** -T.scale_split                    # x > 0: n >= -23, exact
-        ph, pe = _fast_two_sum(_c(m, 1.0, x), -(qh * s1))
-        pos = m.fma(xc, ph, xc * (pe - ql * s1))
-        g = m.where(xc < 0.0, neg, pos)
-        g = m.where(x > 5.5, x, g)
-        # below 2^-20, x/2 + x^2/sqrt(2 pi) in one float32 rounding (x/2 may be a subnormal tie)
-        tiny = m.fma(x, x * _hex("0x1.988454p-2"), x * 0.5)
-        return m.where(m.abs(x) < _hex("0x1p-20"), tiny, g)
+        xc = m.cast(_at_least(m, x, -15.0), "f64")          # gelu rounds to -0 below
+        y = _at_most(m, m.abs(xc), 15.0)                    # and to x above 5.5
+        E = _exp_f64_lowacc(m, (y * y) * -0.5)
+        v = _recip_f64_via_f32(m, m.fma(y, _F64_SQRT_HALF, 3.0))
+        q = (E * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))) * 0.5   # Phi(-|x|)
+        # |x| < 2^-30: x Phi(x) = x/2 + x^2/sqrt(2 pi) rounds as x/2 + |x| 2^-40 does (x/2
+        # may be a float32 tie: the positive tail decides), which q's error would not keep
+        q = m.where(y < 2.0 ** -30, m.const(0.5 - 2.0 ** -40, "f64"), q)
+        return m.cast(xc * m.where(xc < 0.0, q, 1.0 - q), "f32")   # x = -0: -0 (1 - q)
     return _gelu_f64(m, x)
 
 
@@ -929,6 +954,8 @@ def log1p(m, x):
 
 
 def silu(m, x):
+    if _half_result(m, x):
+        return _silu_half(m, x)
     return _keep_zero(m, x, _silu(m, x))
 
 
@@ -937,10 +964,14 @@ def quickgelu(m, x):
 
 
 def gelu(m, x):
-    return _keep_zero(m, x, _gelu(m, x))
+    if _half_result(m, x):
+        return _gelu_half(m, x)
+    return _gelu(m, x) if x.dtype == "f32" else _keep_zero(m, x, _gelu(m, x))
 
 
 def gelu_tanh(m, x):
+    if _half_result(m, x):
+        return _gelu_tanh_half(m, x)
     return _keep_zero(m, x, _gelu_tanh(m, x))
 
 
