@@ -23,7 +23,7 @@ constants (:data:`_T`):
   gelu and gelu_tanh use plain float32 versions (about half the operations, a degree-5 exp),
   still correctly rounded except when the exact value lies within their float32 error
   (~2^-21) of a half-type tie.
-- "f64": the same algorithms with float64 constants: max error <= 0.9 ulp, >= 96% correctly
+- "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
   rounded.
 At +-inf the functions give their limits (silu(-inf) = -0, gelu(+inf) = inf, hardswish(-inf) =
 -0; torch gives NaN there); NaN stays NaN.
