@@ -83,6 +83,43 @@ def test_default_suite_covers_the_issue_cases():
         assert ("rearrange", "float32", layout) in names
     sizes = {c.size for c in cases if c.layout == "contiguous"}
     assert min(sizes) == 4096 and max(sizes) == 1 << 26
+    for op in ("silu", "gelu", "gelutanh", "sigmoid", "tanh", "softplus", "hardswish", "hardtanh",
+               "erf", "log1p", "reciprocal", "swiglu", "equal", "addcmul"):
+        for dt in ("float32", "float16", "bfloat16"):
+            assert any((c.op, c.dtype, c.layout, c.size) == (op, dt, "contiguous", 1 << 25)
+                       for c in cases), (op, dt)
+
+
+def test_math_peers_agree_within_ulps_not_beyond():
+    from infiniop.bench.suite import _agreeing
+
+    y = np.array([0.0, 1e-3, 0.5, 3.0, -100.0, np.inf, np.nan], np.float32)
+    k = 4 * 2.0 ** -23
+    near = y + 3 * 2.0 ** -23 * np.maximum(np.abs(y), 1) * np.array([1, -1, 1, -1, 1, 1, 1])
+    assert _agreeing(lambda: y, lambda: near.astype(np.float32), (k, k))() is y
+    far = y.copy()
+    far[3] = np.nextafter(np.float32(3.0 + 8 * 3 * 2.0 ** -23), np.float32(9))
+    assert _agreeing(lambda: y, lambda: far, (k, k))() is far  # reported as a disagreement
+    nan_moved = y.copy()
+    nan_moved[0] = np.nan
+    assert _agreeing(lambda: y, lambda: nan_moved, (k, k))() is nan_moved
+
+
+def test_math_cases_agree_with_their_peers():
+    """Tolerant agreement (gelu: torch cancels for x < -3), bool output (equal), a NumPy peer in
+    float16 (tanh)."""
+    pytest.importorskip("torch")
+    from infiniop.bench.suite import _math
+
+    picked = [("gelu", "bfloat16"), ("tanh", "float16"), ("equal", "float16")]
+    records, text = _run(cases=[_math(op, dt, 4096, 1) for op, dt in picked])
+    cases = records[1:]
+    assert [(c["op"], c["dtype"]) for c in cases] == picked
+    for c in cases:
+        assert "error" not in c, c
+        assert {"infiniop", "infiniop.fn", "torch"} <= set(c["impls"])
+        assert ("numpy" in c["impls"]) == (c["op"] != "gelu")
+    assert "gelu bfloat16 contiguous 4096" in text
 
 
 def test_cli_quick_filters(capsys, monkeypatch):

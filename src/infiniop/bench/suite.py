@@ -35,6 +35,20 @@ QUICK_ROW_CASES = {("rms_norm", "prefill"), ("rms_norm", "decode"), ("softmax", 
 # fp16/bf16 log_softmax is off by ~1e-3 near 0, where ours is within an ulp of float64)
 ROW_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (4e-3, 2e-3), "bfloat16": (3e-2, 1.6e-2)}
 QUICK_SIZES = (1 << 12, 1 << 20, 1 << 25)
+# elementwise catalogue operators with a torch peer (and a NumPy one where NumPy has the function)
+MATH_OPS = ("silu", "gelu", "gelutanh", "sigmoid", "tanh", "softplus", "hardswish", "hardtanh",
+            "erf", "log1p", "reciprocal", "swiglu", "equal", "addcmul")
+MATH_SIZES = (1 << 20, 1 << 25)
+QUICK_MATH_CASES = {("silu", "float32"), ("gelu", "bfloat16"), ("tanh", "float16")}
+# Ours are correctly rounded (max 1 ulp in float32), the peers are not: a peer agrees when
+# |ours - theirs| <= k eps (1 + |ours|) with eps of the dtype, i.e. within k ulp of the result, or
+# k ulp of 1 below 1 (torch's gelu and gelutanh compute x/2 (1 + erf(...)), which cancels for
+# x < -3 and leaves errors of ~10 float32 ulp of 1 there; torch's addcmul fuses x + v t1 t2 into
+# one rounding where we round v t1 t2 first, which shows when the sum cancels: up to 8 ulp of 1
+# for our inputs). Exact operators agree bit for bit.
+MATH_ULPS = {"gelu": 16, "gelutanh": 16, "addcmul": 16}  # others: 4
+EXACT_MATH_OPS = {"hardtanh", "reciprocal", "equal"}
+EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 
 @dataclass
@@ -234,18 +248,20 @@ def _rearrange(dtype: str, layout: str, size: int, threads: int) -> Case:
     return Case("rearrange", dtype, layout, shape, build)
 
 
-def _agreeing(ours: Callable[[], np.ndarray], theirs: Callable[[], object], dtype: str):
+def _agreeing(ours: Callable[[], np.ndarray], theirs: Callable[[], object],
+              tolerance: tuple[float, float]):
     """The peer's result for the runner's bit-for-bit check: ours when the peer agrees within
-    ROW_TOLERANCE (row operators are not bit-identical across libraries), else the peer's own
-    (reported as a disagreement)."""
-    rtol, atol = ROW_TOLERANCE[dtype]
+    ``tolerance`` = (rtol, atol) (row operators and math functions are not bit-identical across
+    libraries; NaN positions must match), else the peer's own (reported as a disagreement)."""
+    rtol, atol = tolerance
 
     def result():
         a = np.asarray(ours()).astype(np.float64)
         t = theirs()
         b = _numpy_of(t).astype(np.float64)
-        ok = a.shape == b.shape and bool(np.all((np.abs(a - b) <= atol + rtol * np.abs(a))
-                                                | (np.isnan(a) & np.isnan(b))))
+        with np.errstate(invalid="ignore"):  # inf - inf: equal infinities are caught by a == b
+            ok = a.shape == b.shape and bool(np.all((a == b) | (np.abs(a - b) <= atol + rtol * np.abs(a))
+                                                    | (np.isnan(a) & np.isnan(b))))
         return ours() if ok else _numpy_of(t)
     return result
 
@@ -332,11 +348,79 @@ def _rows(op: str, dtype: str, layout: str, shape: tuple[int, ...], threads: int
                     return torch.cat([a * c - b * s, a * s + b * c], -1).to(tx.dtype)
             got = {}
             impls["torch"] = lambda: got.__setitem__("y", fn())
-            results["torch"] = _agreeing(results["infiniop"], lambda: got["y"], dtype)
+            results["torch"] = _agreeing(results["infiniop"], lambda: got["y"], ROW_TOLERANCE[dtype])
         streams = 2 if op == "add_rms_norm" else 1
         return Prepared(impls, results, nbytes, streams)
 
     return Case(op, dtype, layout, shape, build)
+
+
+def _math(op: str, dtype: str, size: int, threads: int) -> Case:
+    """An elementwise catalogue operator (contiguous, 1-D) through the descriptor and the
+    functional front end with ``out=``, against torch's ``out=`` kernels (composed for swiglu,
+    which torch lacks) and NumPy's ufunc where NumPy has one."""
+    import infiniop as ip
+
+    spec = getattr(ip, op)
+    params = {"hardtanh": {"min_val": -1.0, "max_val": 1.0}, "addcmul": {"value": 0.5},
+              "softplus": {"beta": 1.0, "threshold": 20.0}}.get(op, {})
+    arity = {"swiglu": 2, "equal": 2, "addcmul": 3}.get(op, 1)
+
+    def build() -> Prepared:
+        rng = np.random.default_rng(0)
+        npdt = as_dtype(dtype).numpy
+        ins = tuple(_random((size,), dtype, rng) for _ in range(arity))
+        if op == "log1p":
+            np.abs(ins[0], out=ins[0])  # its domain is x > -1
+        if op == "equal":
+            ins[1][::2] = ins[0][::2]  # half the elements equal
+        out_dt = np.bool_ if op == "equal" else npdt
+        outs = {k: empty_aligned((size,), out_dt) for k in ("infiniop", "infiniop.fn", "numpy", "torch")}
+        td = ip.TensorDescriptor.from_array
+        d = spec.create_descriptor(ip.create_handle("cpu"), td(outs["infiniop"]), *map(td, ins), **params)
+        impls = {"infiniop": lambda: d.calculate(None, outs["infiniop"], *ins),
+                 "infiniop.fn": lambda: spec(*ins, out=outs["infiniop.fn"], **params)}
+        x = ins[0]
+        if op == "hardtanh":
+            lo, hi = npdt.type(-1.0), npdt.type(1.0)
+            impls["numpy"] = lambda: np.clip(x, lo, hi, out=outs["numpy"])
+        elif op in ("tanh", "log1p", "reciprocal", "equal"):
+            ufunc = getattr(np, op)
+
+            def numpy_peer():
+                with np.errstate(over="ignore"):  # float16 1/x of a subnormal is inf, rightly
+                    ufunc(*ins, out=outs["numpy"])
+            impls["numpy"] = numpy_peer
+        torch = _torch()
+        if torch is not None:
+            torch.set_num_threads(threads)
+            aten, t, tout = torch.ops.aten, [_to_torch(a) for a in ins], _to_torch(outs["torch"])
+            impls["torch"] = {
+                "silu": lambda: aten.silu.out(t[0], out=tout),
+                "gelu": lambda: aten.gelu.out(t[0], out=tout),
+                "gelutanh": lambda: aten.gelu.out(t[0], approximate="tanh", out=tout),
+                "sigmoid": lambda: torch.sigmoid(t[0], out=tout),
+                "tanh": lambda: torch.tanh(t[0], out=tout),
+                "softplus": lambda: aten.softplus.out(t[0], 1.0, 20.0, out=tout),
+                "hardswish": lambda: aten.hardswish.out(t[0], out=tout),
+                "hardtanh": lambda: aten.hardtanh.out(t[0], -1.0, 1.0, out=tout),
+                "erf": lambda: torch.erf(t[0], out=tout),
+                "log1p": lambda: torch.log1p(t[0], out=tout),
+                "reciprocal": lambda: torch.reciprocal(t[0], out=tout),
+                "swiglu": lambda: torch.mul(t[0], aten.silu(t[1]), out=tout),
+                "equal": lambda: torch.eq(t[0], t[1], out=tout),
+                "addcmul": lambda: torch.addcmul(t[0], t[1], t[2], value=0.5, out=tout),
+            }[op]
+        results = {k: (lambda k=k: outs[k]) for k in impls}
+        if op not in EXACT_MATH_OPS:
+            k = MATH_ULPS.get(op, 4) * EPS[dtype]
+            for peer in ("numpy", "torch"):
+                if peer in impls:
+                    results[peer] = _agreeing(results["infiniop"], results[peer], (k, k))
+        nbytes = sum(a.nbytes for a in ins) + outs["infiniop"].nbytes
+        return Prepared(impls, results, nbytes, arity, ins)
+
+    return Case(op, dtype, "contiguous", (size,), build)
 
 
 def default_suite(quick: bool, threads: int) -> list[Case]:
@@ -363,6 +447,12 @@ def default_suite(quick: bool, threads: int) -> list[Case]:
                     cases.append(_rearrange(dtype, layout, size, threads))
             elif not (quick and dtype == "float16" and layout != "nchw_nhwc"):
                 cases.append(_rearrange(dtype, layout, 0, threads))
+    for op in MATH_OPS:
+        for dtype in ROW_DTYPES:
+            if quick and (op, dtype) not in QUICK_MATH_CASES:
+                continue
+            for size in MATH_SIZES[1:] if quick else MATH_SIZES:
+                cases.append(_math(op, dtype, size, threads))
     for op, layout, shape in ROW_CASES if _torch() is not None else ():
         if quick and (op, layout) not in QUICK_ROW_CASES:
             continue
