@@ -762,6 +762,33 @@ def test_forced_parallel_and_nt_on_small_sizes(handle, monkeypatch):
         assert_exact(out, reference(OP["mul"], F32, [a, b]))
 
 
+def test_forced_tiled_staged_inputs(handle, monkeypatch):
+    """The tiled kind's staged inputs (transposed through a scratch tile in registers) with
+    the thresholds lowered: full tiles stored non-temporally (64-byte aligned rows of whole
+    lines, packed for fp16), ragged edges, few bands split into column blocks, two staged
+    inputs over a batch dim, a staged input read backwards along the output's dense dim, an
+    in-place output."""
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    rng = np.random.default_rng(11)
+    for dtype, shape in [(F32, (130, 192)), (F32, (37, 1000)), (F16, (257, 256)), (I8, (70, 300))]:
+        a, b = draw(rng, dtype, shape[::-1]).T, draw(rng, dtype, shape)
+        out, raw, start = _offset_out(prod(shape), dtype, 0)
+        out = out.reshape(shape)
+        _desc_call(handle, "sub", out, [a, b])
+        assert_exact(out, reference(OP["sub"], dtype, [a, b]))
+        _check_raw(raw, start, out.nbytes)
+    a = draw(rng, F32, (3, 90, 70)).transpose(0, 2, 1)
+    b = draw(rng, F32, (3, 90, 70)).transpose(0, 2, 1)[:, :, ::-1]
+    out = canary_array(a.shape, F32)
+    _desc_call(handle, "add", out, [a, b])
+    assert_exact(out, reference(OP["add"], F32, [a, b]))
+    a, b = draw(rng, F64, (50, 40)), draw(rng, F64, (40, 50))
+    want = reference(OP["mul"], F64, [a, b.T])
+    _desc_call(handle, "mul", a, [a, b.T])
+    assert_exact(a, want)
+
+
 def test_forced_nt_narrow_outputs(handle, monkeypatch):
     """Outputs narrower than 4 bytes are streamed as packed 32-bit words (then a tail of
     ordinary stores): fp16, int8 and bool outputs, two outputs at once (swap), rows with an odd

@@ -5,7 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from . import runtime
-from .elementwise_kernels import kernel_module
+from .elementwise_kernels import kernel_module, tile_shape
+
+
+def staged_pattern(info) -> str:
+    """The tiled kind's pattern with 't' for the inputs the kernel stages through a tile
+    transposed in registers: those read with unit stride along the tile's rows (mid dim) and
+    a larger one along the output's dense dim."""
+    lay = info.layout
+    written = {j for j, s in enumerate(info.program.slots) if s.store is not None}
+    return "".join("t" if j not in written and c == "g" and lay.strides[j][-2] == 1 else c
+                   for j, c in enumerate(info.pattern))
 
 
 class ElementwiseKernel:
@@ -24,7 +34,10 @@ class ElementwiseKernel:
         operands = [k for k, d in enumerate(info.descs) if d is not None]
         pos = {k: u for u, k in enumerate(operands)}
         pairs = [(pos[c.w], pos[c.k]) for c in info.checks]
-        mod = kernel_module(prog, info.kind, info.pattern, operands, pairs)
+        pattern = info.pattern
+        if info.kind == "tiled":
+            pattern = staged_pattern(info)
+        mod = kernel_module(prog, info.kind, pattern, operands, pairs)
         self._origins = [info.slot_offsets[j] * isz[j] for j in range(len(slots))]
         self._slot_operand = [s.operand for s in slots]
         self.params = tuple(info.params)
@@ -34,7 +47,14 @@ class ElementwiseKernel:
         else:
             nt = 0
             if info.kind == "tiled":
-                chunks = 32 if isz[0] >= 4 else 64  # tile edge, in elements
+                # column blocks per band of tile rows: enough tasks for the threads
+                rows_, cols = tile_shape(isz, [j for j, c in enumerate(pattern) if c == "t"])
+                tasks = n // (lay.shape[-1] * lay.shape[-2]) * -(-lay.shape[-2] // rows_) if n else 0
+                nthreads = runtime.num_threads()
+                chunks = 1
+                if self.parallel and tasks < 4 * nthreads:
+                    chunks = max(1, min(-(-lay.shape[-1] // cols), 4 * nthreads))
+                nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES)
             else:
                 inner = lay.shape[-1]
                 rows = n // inner if inner else 0  # empty: an extent-0 innermost dim

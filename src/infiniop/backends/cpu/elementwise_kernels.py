@@ -17,7 +17,10 @@ Layout kinds (decided once, at create):
   outputs narrower than 4 bytes as packed 32-bit words (``_Gen.packed_loop``).
 - 'strided': rows of the normalised layout; the innermost dim's stride class per slot is
   baked into the code ('1' contiguous, '0' broadcast, 'g' general) so unit-stride rows vectorise.
-- 'tiled': 2-D tiles over (a transposed input's dense dim, the output's dense dim).
+- 'tiled': 2-D tiles over (a transposed input's dense dim, the output's dense dim). Inputs
+  of class 't' (unit stride along the tiles' rows, set by ``elementwise.staged_pattern``) are
+  transposed tile by tile into a scratch with rearrange's in-register ``tile_transpose``, so
+  the tile rows run the same unit-stride body as 'strided', with non-temporal stores.
 """
 
 from __future__ import annotations
@@ -40,9 +43,23 @@ NP = {"f32": "np.float32", "f64": "np.float64", "i32": "np.int32", "i64": "np.in
 LOAD = {DType.F16: "f16_to_f32({})", DType.BF16: "bf16_to_f32({})", DType.F32: "{}",
         DType.F64: "{}", DType.BOOL: "({} != 0)"}
 BLOCK_BYTES = 1 << 16
+TILE_SCRATCH_BYTES = 32 << 10  # one staged input's tile (the tiled kind): about L1
 # Vector width the kernels ask LLVM for (INFINIOP_VECTOR_BITS=256 keeps LLVM's default on
 # AVX-512 CPUs, which is 256-bit; the request does nothing on CPUs without 512-bit vectors).
 WIDE = os.environ.get("INFINIOP_VECTOR_BITS", "512") == "512"
+
+
+
+def tile_shape(itemsizes: list[int], staged: list[int]) -> tuple[int, int]:
+    """(rows, columns) of the tiled kind's tiles, in elements. Columns: 256 bytes of the
+    narrowest slot, so that a row is at least one iteration of LLVM's vector loop (4 registers
+    of 64 bytes). Rows: 512 bytes of the widest staged input (the segments of it read per
+    tile: 4096^2 float32 A.T - B measured 15 ms at 128 rows against 21 ms at 32), fewer when
+    a scratch tile would pass ``TILE_SCRATCH_BYTES``."""
+    cols = 256 // min(itemsizes)
+    unit = max([itemsizes[j] for j in staged] or [4])
+    return max(64 // unit, min(512 // unit, TILE_SCRATCH_BYTES // (cols * unit))), cols
+
 
 _UNARY = {"neg": "(-{0})", "abs": "abs({0})", "sqrt": "np.sqrt({0})", "floor": "np.floor({0})",
           "ceil": "np.ceil({0})", "trunc": "np.trunc({0})", "rint": "np.rint({0})",
@@ -57,6 +74,7 @@ from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
     bitcast, prefer_512_bit_vectors)
+from infiniop.backends.cpu.transpose import tile_transpose
 from infiniop.backends.cpu.arrays import layout_end
 
 OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
@@ -194,7 +212,7 @@ class _Gen:
             cls = self.pattern[j]
             if not self.loaded(j) or (cls == "0") != hoisted:
                 continue
-            idx = "0" if cls == "0" else index if cls == "1" else f"({index}) * {stride}{j}"
+            idx = "0" if cls == "0" else index if cls in "1t" else f"({index}) * {stride}{j}"
             self.emit(f"{indent}{var}{s.load} = {_load(s.dtype, f'{ptr}{j}[{idx}]')}")
 
     def compute(self, indent: str, ptr: str, index: str, stride: str = "st",
@@ -322,86 +340,170 @@ class _Gen:
             self.loop("            ", "r", "m")
             self.emit("    return 0")
 
-    # -- strided / tiled ---------------------------------------------------------------------------
+    # -- strided ---------------------------------------------------------------------------------
     def strided(self) -> None:
-        tiled = self.kind == "tiled"
         args = ", ".join([f"s{j}" for j in range(self.nslots)] + self.params)
-        stream = (len(self.written) == 1 and self.pattern[0] == "1" and not tiled)
+        stream = len(self.written) == 1 and self.pattern[0] == "1"
         for par in (False, True):
             fname = "parallel" if par else "serial"
             self.emit(f"\n\n@njit(parallel={par}, **OPTS)")
-            # chunks: column chunks per row (strided) or the tile edge (tiled); nt: stream rows
+            # chunks: column chunks per row; nt: stream rows
             self.emit(f"def {fname}({args}, shape, strides, chunks, nt):")
             e = self.emit
             self.wide("    ")
             e("    nd = shape.shape[0]")
             e("    inner = shape[nd - 1]")
-            e(f"    lead = nd - {2 if tiled else 1}")
+            e("    lead = nd - 1")
             e("    rows = 1")
             e("    for d in range(lead):")
             e("        rows *= shape[d]")
-            if tiled:
-                e("    tile = chunks")
-                e("    mid = shape[nd - 2]")
-                e("    tr = (mid + tile - 1) // tile")
-                e("    tcn = (inner + tile - 1) // tile")
-                e("    csz = tile")
-                e("    ntask = rows * tr * tcn")
-            else:
-                e("    csz = (inner + chunks - 1) // chunks")
-                e("    ntask = rows * chunks")
+            e("    csz = (inner + chunks - 1) // chunks")
+            e("    ntask = rows * chunks")
             e(f"    for t in {'prange' if par else 'range'}(ntask):")
             if par:
                 self.wide("        ")
-            if tiled:
-                e("        c0 = (t % tcn) * tile")
-                e("        r0 = ((t // tcn) % tr) * tile")
-                e("        r1 = min(mid, r0 + tile)")
-                e("        r = t // (tcn * tr)")
-            else:
-                e("        r = t // chunks")
-                e("        c0 = (t % chunks) * csz")
-                e("        r0 = 0")
-                e("        r1 = 1")
+            e("        r = t // chunks")
+            e("        c0 = (t % chunks) * csz")
             e("        c1 = min(inner, c0 + csz)")
-            e("        rem = r")
-            for j in range(self.nslots):
-                e(f"        g{j} = c0 * strides[{j}, nd - 1]")
-            e("        for d in range(lead - 1, -1, -1):")
-            e("            ext = shape[d]")
-            e("            idx = rem % ext")
-            e("            rem //= ext")
-            for j in range(self.nslots):
-                e(f"            g{j} += idx * strides[{j}, d]")
+            self.batch_offsets("        ", "r", "lead", "c0 * strides[{j}, nd - 1]")
             for j in range(self.nslots):
                 e(f"        st{j} = strides[{j}, nd - 1]")
-            e("        for rr in range(r0, r1):")
             for j in range(self.nslots):
-                mid = f" + rr * strides[{j}, nd - 2]" if tiled else ""
-                e(f"            q{j} = address_as_pointer(s{j} + (g{j}{mid}) * {self.isz[j]}, "
-                  f"np.{self.st[j]})")
-            self.loads("            ", "q", "0", True)
-            e("            m = c1 - c0")
+                e(f"        q{j} = address_as_pointer(s{j} + g{j} * {self.isz[j]}, np.{self.st[j]})")
+            self.loads("        ", "q", "0", True)
+            e("        m = c1 - c0")
             if stream:
                 # Stream long contiguous output rows: peel to 64-byte alignment, then NT.
                 isz0 = self.isz[0]
-                e("            if nt:")
-                e(f"                addr = s0 + g0 * {isz0}")
-                e(f"                head = ((64 - (addr & 63)) & 63) // {isz0}")
-                e(f"                if addr % {isz0} != 0 or head > m:")
-                e("                    head = m")
-                self.loop("                ", "q", "head")
+                e("        if nt:")
+                e(f"            addr = s0 + g0 * {isz0}")
+                e(f"            head = ((64 - (addr & 63)) & 63) // {isz0}")
+                e(f"            if addr % {isz0} != 0 or head > m:")
+                e("                head = m")
+                self.loop("            ", "q", "head")
                 for j in range(self.nslots):
                     if self.pattern[j] != "0":
-                        e(f"                q{j} = address_as_pointer(s{j} + (g{j} + head * st{j}) * "
+                        e(f"            q{j} = address_as_pointer(s{j} + (g{j} + head * st{j}) * "
                           f"{self.isz[j]}, np.{self.st[j]})")
-                self.nt_loop("                ", "q", "m - head",
+                self.nt_loop("            ", "q", "m - head",
                              f"s{{j}} + (g{{j}} + head * st{{j}}) * {isz0}")
-                e("                sfence()")
-                e("            else:")
-                self.loop("                ", "q", "m")
-            else:
+                e("            sfence()")
+                e("        else:")
                 self.loop("            ", "q", "m")
+            else:
+                self.loop("        ", "q", "m")
+            e("    return 0")
+
+    def batch_offsets(self, indent: str, index: str, lead: str, start: str) -> None:
+        """``g<j>``: slot j's element offset of batch row ``index`` over dims 0..lead-1, plus
+        ``start`` (formatted with ``j``)."""
+        e = self.emit
+        e(f"{indent}rem = {index}")
+        for j in range(self.nslots):
+            e(f"{indent}g{j} = {start.format(j=j)}")
+        e(f"{indent}for d in range({lead} - 1, -1, -1):")
+        e(f"{indent}    ext = shape[d]")
+        e(f"{indent}    idx = rem % ext")
+        e(f"{indent}    rem //= ext")
+        for j in range(self.nslots):
+            e(f"{indent}    g{j} += idx * strides[{j}, d]")
+
+    # -- tiled -----------------------------------------------------------------------------------
+    def tiled(self) -> None:
+        """Tiles of R x C elements (``tile_shape``) over (mid, inner): mid is the dim some input
+        is dense along, inner the output's dense dim. Each 't' input (unit stride along mid) is
+        first transposed into a scratch tile, in registers, by rearrange's
+        ``transpose.tile_transpose`` (64-byte rows, masked edges), so the tile's rows read it
+        with unit stride and vectorise; other inputs are read in place. A task is a band of R
+        mid rows (``chunks`` column blocks of it when there are few bands) walked along inner:
+        the output and dense inputs are read and written as R rows of C elements, the staged
+        input as C segments of R; output rows that start on a cache line and are whole lines
+        long are stored non-temporally when ``nt``."""
+        args = ", ".join([f"s{j}" for j in range(self.nslots)] + self.params)
+        staged = [j for j in range(self.nslots) if self.pattern[j] == "t"]
+        R, C = tile_shape(self.isz, staged)
+        isz0 = self.isz[0]
+        stream = len(self.written) == 1 and self.pattern[0] == "1"
+        e = self.emit
+        for par in (False, True):
+            fname = "parallel" if par else "serial"
+            e(f"\n\n@njit(parallel={par}, **OPTS)")
+            e(f"def {fname}({args}, shape, strides, chunks, nt):")
+            self.wide("    ")
+            e("    nd = shape.shape[0]")
+            e("    inner = shape[nd - 1]")
+            e("    mid = shape[nd - 2]")
+            e("    lead = nd - 2")
+            e("    rows = 1")
+            e("    for d in range(lead):")
+            e("        rows *= shape[d]")
+            e(f"    bands = (mid + {R - 1}) // {R}")
+            # column blocks: whole tiles, so every block starts where the tiling does
+            e(f"    csz = ((inner + chunks - 1) // chunks + {C - 1}) // {C} * {C}")
+            for j in staged:
+                # byte offset of each inner index in slot j (the transpose's source rows) and
+                # of each scratch row
+                e(f"    rowoff{j} = np.empty(inner, np.int64)")
+                e("    for k in range(inner):")
+                e(f"        rowoff{j}[k] = k * strides[{j}, nd - 1] * {self.isz[j]}")
+                e(f"    tileoff{j} = np.empty({R}, np.int64)")
+                e(f"    for k in range({R}):")
+                e(f"        tileoff{j}[k] = k * {C * self.isz[j]}")
+            e(f"    for t in {'prange' if par else 'range'}(rows * bands * chunks):")
+            if par:
+                self.wide("        ")
+            ind = "        "
+            e(f"{ind}cb = (t % chunks) * csz")
+            e(f"{ind}ce = min(inner, cb + csz)")
+            e(f"{ind}r0 = ((t // chunks) % bands) * {R}")
+            e(f"{ind}r1 = min(mid, r0 + {R})")
+            self.batch_offsets(ind, "t // (chunks * bands)", "lead", "0")
+            for j in range(self.nslots):
+                e(f"{ind}st{j} = strides[{j}, nd - 1]")
+                e(f"{ind}sm{j} = strides[{j}, nd - 2]")
+            for j in staged:
+                e(f"{ind}mk{j} = np.empty(0, np.uint{8 * self.isz[j]})")
+                e(f"{ind}buf{j} = np.empty({R * C * self.isz[j] + 64}, np.uint8)")
+                e(f"{ind}ro{j} = rowoff{j}.ctypes.data")
+                e(f"{ind}to{j} = tileoff{j}.ctypes.data")
+            e(f"{ind}for c0 in range(cb, ce, {C}):")
+            ind2 = ind + "    "
+            e(f"{ind2}c1 = min(ce, c0 + {C})")
+            for j in staged:
+                lanes = 64 // self.isz[j]
+                # the address is taken where it is used: Numba frees an array after its last use
+                e(f"{ind2}sc{j} = buf{j}.ctypes.data + ((-buf{j}.ctypes.data) & 63)")
+                e(f"{ind2}for i0 in range(0, c1 - c0, {lanes}):")
+                e(f"{ind2}    for j0 in range(0, r1 - r0, {lanes}):")
+                e(f"{ind2}        tile_transpose(mk{j}, s{j} + g{j} * {self.isz[j]}, "
+                  f"ro{j} + 8 * (c0 + i0), r0 + j0, sc{j}, to{j} + 8 * j0, i0, "
+                  f"min({lanes}, c1 - c0 - i0), min({lanes}, r1 - r0 - j0), False)")
+            e(f"{ind2}for rr in range(r0, r1):")
+            ind3 = ind2 + "    "
+            for j in range(self.nslots):
+                if j in staged:
+                    e(f"{ind3}q{j} = address_as_pointer(sc{j} + (rr - r0) * {C * self.isz[j]}, "
+                      f"np.{self.st[j]})")
+                else:
+                    e(f"{ind3}q{j} = address_as_pointer(s{j} + (g{j} + c0 * st{j} + rr * sm{j}) * "
+                      f"{self.isz[j]}, np.{self.st[j]})")
+            self.loads(ind3, "q", "0", True)
+            # a trip count unknown to LLVM: a constant one is unrolled before it is vectorised,
+            # and the unrolled stores may alias the loads, so they stay scalar
+            e(f"{ind3}m = c1 - c0")
+            if stream:
+                e(f"{ind3}addr = s0 + (g0 + c0 + rr * sm0) * {isz0}")
+                e(f"{ind3}if nt and (addr | m * {isz0}) & 63 == 0:")
+                self.nt_loop(ind3 + "    ", "q", "m", "addr")
+                e(f"{ind3}else:")
+                self.loop(ind3 + "    ", "q", "m")
+            else:
+                self.loop(ind3, "q", "m")
+            for j in staged:
+                e(f"{ind}buf{j}[0] = 0  # keeps the scratch alive until here")
+            if stream:
+                e(f"{ind}if nt:")
+                e(f"{ind}    sfence()")
             e("    return 0")
 
     # -- array launchers ---------------------------------------------------------------------------
@@ -460,6 +562,8 @@ def source(program, kind: str, pattern: str, operands: list[int],
     g = _Gen(program, kind, pattern)
     if kind == "flat":
         g.flat()
+    elif kind == "tiled":
+        g.tiled()
     else:
         g.strided()
     g.launchers(operands, pairs)
