@@ -11,7 +11,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODULES = ["infiniop.status", "infiniop.dtype", "infiniop.tensor", "infiniop.handle", "infiniop.memory",
-           "infiniop.elementwise.spec", "infiniop.elementwise.descriptor", "infiniop.rows.spec",
+           "infiniop.elementwise.operator", "infiniop.elementwise.descriptor", "infiniop.rows.spec",
            "infiniop.rows.descriptor", "infiniop.rows.rope"]
 
 

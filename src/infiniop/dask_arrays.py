@@ -6,7 +6,7 @@ Dask). Elementwise operators become one ``da.blockwise`` layer, broadcast and ch
 Dask's own elementwise operations are (chunks that do not line up are unified, size-1 dims and
 scalars broadcast); each block is computed by the functional form on NumPy blocks. Everything that
 can be checked without the data is checked when the graph is built, with the statuses NumPy arrays
-get. Operators pickle by value (see ``ElementwiseSpec.__reduce__``), so user-defined ones reach
+get. Operators pickle by value (see ``ElementwiseOperator.__reduce__``), so user-defined ones reach
 ``dask.distributed`` workers, which compile or load their kernels from their own kernel cache.
 
 Dask is optional: ``pip install 'infiniop[dask]'``.
