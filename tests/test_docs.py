@@ -11,8 +11,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODULES = ["infiniop.status", "infiniop.dtype", "infiniop.tensor", "infiniop.handle", "infiniop.memory",
-           "infiniop.elementwise.spec", "infiniop.elementwise.descriptor", "infiniop.rows.spec",
-           "infiniop.rows.descriptor", "infiniop.rows.rope"]
+           "infiniop.elementwise.operator", "infiniop.elementwise.descriptor",
+           "infiniop.rows.operator", "infiniop.rows.descriptor", "infiniop.rows.rope"]
 
 
 def _readme_blocks() -> list[str]:

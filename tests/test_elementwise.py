@@ -29,7 +29,8 @@ import infiniop
 from infiniop import DType, Status, TensorDescriptor
 from infiniop.backends.cpu import runtime
 from infiniop.elementwise import functional
-from infiniop.elementwise.spec import REGISTRY, ElementwiseSpec
+from infiniop.elementwise.operator import ElementwiseOperator
+from infiniop.elementwise.spec import REGISTRY
 
 F16, BF16, F32, F64 = DType.F16, DType.BF16, DType.F32, DType.F64
 I8, I16, I32, I64 = DType.I8, DType.I16, DType.I32, DType.I64
@@ -912,13 +913,13 @@ def test_functional_allocates_broadcast_shape():
 
 def test_functional_cache_hits(monkeypatch):
     calls = []
-    real = ElementwiseSpec.create_descriptor  # every operator's class derives from it
+    real = ElementwiseOperator.create_descriptor  # every operator's class derives from it
 
     def counting(self, *args, **kw):
         calls.append(self.name)
         return real(self, *args, **kw)
 
-    monkeypatch.setattr(ElementwiseSpec, "create_descriptor", counting)
+    monkeypatch.setattr(ElementwiseOperator, "create_descriptor", counting)
     functional.clear_cache()
     a, b = np.ones((3, 4), np.float32), np.ones((3, 4), np.float32)
     for _ in range(5):

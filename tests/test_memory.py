@@ -151,7 +151,7 @@ def check_cache_bounds() -> None:
     assert len(functional._cache) <= functional.CACHE_SIZE
     assert len(functional._descriptors) <= functional.CACHE_SIZE
     assert len(REARRANGE._COPIES) <= REARRANGE._CACHE_SIZE
-    assert len(pattern._PLANS) <= pattern._PLAN_CACHE_SIZE
+    assert len(REARRANGE._PLANS) <= REARRANGE._PLAN_CACHE_SIZE
     info = pattern._parse.cache_info()  # parse() checks the type, then the cached _parse
     assert info.currsize <= info.maxsize
 
@@ -166,7 +166,7 @@ def check_descriptor_census() -> None:
     ew = sum(isinstance(o, ElementwiseDescriptor) for o in live)
     rd = sum(isinstance(o, RearrangeDescriptor) for o in live)
     assert ew <= 2 * functional.CACHE_SIZE + 16, f"{ew} live elementwise descriptors"
-    assert rd <= pattern._PLAN_CACHE_SIZE + REARRANGE._CACHE_SIZE + 16, \
+    assert rd <= REARRANGE._PLAN_CACHE_SIZE + REARRANGE._CACHE_SIZE + 16, \
         f"{rd} live rearrange descriptors"
 
 

@@ -6,7 +6,7 @@ Dask). Elementwise operators become one ``da.blockwise`` layer, broadcast and ch
 Dask's own elementwise operations are (chunks that do not line up are unified, size-1 dims and
 scalars broadcast); each block is computed by the functional form on NumPy blocks. Everything that
 can be checked without the data is checked when the graph is built, with the statuses NumPy arrays
-get. Operators pickle by value (see ``ElementwiseSpec.__reduce__``), so user-defined ones reach
+get. Operators pickle by value (see ``ElementwiseOperator.__reduce__``), so user-defined ones reach
 ``dask.distributed`` workers, which compile or load their kernels from their own kernel cache.
 
 Dask is optional: ``pip install 'infiniop[dask]'``.
@@ -18,6 +18,7 @@ import operator
 import os
 import sys
 import threading
+from collections.abc import Callable
 from functools import partial
 from math import prod
 
@@ -214,8 +215,9 @@ def recycled_empty(shape, dtype) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def rearrange(x, pattern: str, axis_sizes: dict):
-    """einops ``rearrange`` on a Dask array, lazily: one rearrange kernel call per output block.
+def rearrange(x, pattern: str, axis_sizes: dict, per_block: Callable):
+    """einops ``rearrange`` on a Dask array, lazily: one ``per_block`` call (the in-memory
+    ``rearrange``, which dispatches here) per output block.
 
     An input dim split into ``(a b c)`` is chunked in whole multiples of ``b*c`` (so only ``a``
     is chunked); an axis merged behind another on the right (``b`` in ``(a b)``) must be one
@@ -264,7 +266,8 @@ def rearrange(x, pattern: str, axis_sizes: dict):
         if group[0] != "1" and inner[d]:
             leads.append((d, group[0], inner[d]))
     token = tokenize(x, pattern, sorted(axis_sizes.items()))
-    return da.blockwise(partial(_rearrange_block, pattern, fixed, tuple(leads)), tuple(range(nout)),
+    return da.blockwise(partial(_rearrange_block, per_block, pattern, fixed, tuple(leads)),
+                        tuple(range(nout)),
                         x, tuple(in_ind), new_axes=new_axes, adjust_chunks=adjust,
                         concatenate=False, name=f"rearrange-{token}",
                         meta=meta_from_array(x._meta, ndim=nout, dtype=x.dtype))
@@ -284,9 +287,7 @@ def _multiples(chunks: tuple[int, ...], unit: int, n: int) -> tuple[int, ...]:
     return tuple(b - a for a, b in zip(bounds, bounds[1:]))
 
 
-def _rearrange_block(pattern, fixed, leads, block):
-    from .rearrange.pattern import rearrange
-
+def _rearrange_block(rearrange, pattern, fixed, leads, block):
     while type(block) is list:  # a contracted dim (always one block) arrives as a list
         block = block[0]
     sizes = dict(fixed)
@@ -295,14 +296,14 @@ def _rearrange_block(pattern, fixed, leads, block):
     return rearrange(block, pattern, **sizes)
 
 
-def copy_(dst, src):
-    """``copy_(dst, src)`` with a Dask ``src``: computes ``src`` (on whichever scheduler is active),
-    then copies it into ``dst`` (broadcasting) through the rearrange kernel. A Dask ``dst`` is
-    refused: Dask arrays are immutable."""
+def computed_source(dst, src) -> np.ndarray:
+    """``copy_(dst, src)`` with a Dask ``src``: ``src`` computed (on whichever scheduler is
+    active) into a NumPy array, which ``copy_`` then copies into ``dst`` (broadcasting). Checked
+    against ``dst`` before anything is computed. A Dask ``dst`` is refused: Dask arrays are
+    immutable."""
     da = _dask_array()
     from .dtype import as_dtype
     from .interop import inspect_buffer
-    from .rearrange import copy_ as copy_arrays
 
     if is_dask(dst):
         raise _immutable("copy_: operand 'dst'")
@@ -326,4 +327,4 @@ def copy_(dst, src):
                           f"operand 'src': shape {src.shape} cannot broadcast to {d.shape}")
     if d.readonly:
         raise InfiniError(Status.BAD_PARAM, "operand 'dst': output buffer is read-only")
-    return copy_arrays(dst, np.asarray(src.compute()))
+    return np.asarray(src.compute())

@@ -3,8 +3,9 @@ backend kernel through one descriptor class (descriptor.py) or the functional fr
 
 from .descriptor import ElementwiseDescriptor
 from .expr import Expr
+from .operator import elementwise
 from .plan import ElementwiseInfo
-from .spec import FLOATS, INTEGERS, NUMERIC, SIGNED, UNSIGNED, ElementwiseSpec, elementwise
+from .spec import FLOATS, INTEGERS, NUMERIC, SIGNED, UNSIGNED, ElementwiseSpec
 
 __all__ = ["ElementwiseDescriptor", "ElementwiseInfo", "ElementwiseSpec", "Expr", "FLOATS",
            "INTEGERS", "NUMERIC", "SIGNED", "UNSIGNED", "elementwise"]

@@ -5,17 +5,18 @@ An operator lists its operands in the C API's order, each an input, an output, o
 parameters (fixed at create, passed to the kernel at run time); and a function
 ``fn(m, *inputs, **params)`` returning one value per output. The function is traced once per
 signature into a :class:`Program`, the backend-independent description of the kernel.
+
+This module is data only: the callable operator (descriptor API, functional form, pickling) is
+``operator.ElementwiseOperator``, a subclass built above the planner and the front end.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 import threading
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -332,86 +333,8 @@ class ElementwiseSpec:
                 raise InfiniError(Status.BAD_PARAM, f"{self.name}: {msg}")
         return values
 
-    # -- entry points --------------------------------------------------------------------------------
-    def create_descriptor(self, handle, *descs, **params):
-        """Validate and plan a call; see :class:`ElementwiseDescriptor`."""
-        from .descriptor import ElementwiseDescriptor
-
-        return ElementwiseDescriptor(handle, self, descs, params)
-
-    def __call__(self, *arrays, out=None, **params):
-        """Functional form on arrays: broadcasts like NumPy, returns the input's array kind."""
-        return _functional_call(self, arrays, out, params)
-
     def __repr__(self) -> str:
         return f"<elementwise operator {self.name}({', '.join(o.name for o in self.operands)})>"
-
-    def __reduce__(self):
-        """Registered operators pickle by name; others as their definition, so a user's operator
-        reaches other processes (Dask workers): ``fn`` travels by value with cloudpickle (a
-        lambda) or by reference with pickle (a module-level function); the receiver traces it
-        again."""
-        if REGISTRY.get(self.name) is self:
-            return (_registered, (self.name,))
-        init = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        return _unpickle, (init, self.key)
-
-
-def call_signature(ops, params) -> inspect.Signature:
-    """The functional form's signature (what help() and IDEs show)."""
-    P = inspect.Parameter
-    ps = [P(o.name, P.POSITIONAL_OR_KEYWORD, default=None if o.optional else P.empty)
-          for o in ops if o.reads]
-    if any(o.role == "out" for o in ops):
-        ps.append(P("out", P.KEYWORD_ONLY, default=None))
-    ps += [P(p.name, P.KEYWORD_ONLY, default=p.default) for p in params]
-    return inspect.Signature(ps)
-
-
-def help_text(name, ops, patterns, tvars, params, doc, example) -> str:
-    """The operator's own help: call forms, signatures, parameters, what it computes."""
-    outs = [o.name for o in ops if o.role == "out"]
-    names = ", ".join(o.name for o in ops)
-    returns = ", ".join(o.name for o in ops if o.writes)
-    lines = [doc or f"The {name} operator.", "",
-             f"Returns {returns}" + (" (allocated unless given as out=)." if outs else "."),
-             f"Descriptor API: create_{name}_descriptor(handle, {names}"
-             + "".join(f", {p.name}=..." for p in params) + ")",
-             f"                desc.calculate(workspace, {names}, stream=None)",
-             f"Signatures (inputs -> outputs): {sigs.describe(list(patterns), tvars)}"]
-    inout = [o.name for o in ops if o.role == "inout"]
-    if inout:
-        lines.append(f"Updated in place: {', '.join(inout)}.")
-    optional = [o.name for o in ops if o.optional]
-    if optional:
-        lines.append(f"Optional (may be None): {', '.join(optional)}.")
-    if params:
-        lines.append("Parameters (fixed at create): " + ", ".join(
-            f"{p.name} ({p.dtype}, default {p.default!r})" for p in params))
-    lines.append("fp16/bf16 are computed in float32 and rounded once to nearest even.")
-    if example:
-        lines += ["", "Example:", "", example]
-    return "\n".join(lines)
-
-
-def _registered(name: str) -> ElementwiseSpec:
-    from .. import ops  # noqa: F401  (registers the built-in operators)
-
-    return REGISTRY[name]
-
-
-_UNPICKLED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-def _unpickle(init: dict, key: str) -> ElementwiseSpec:
-    """One operator object per process for one definition (the first copy unpickled), so
-    per-operator caches keep hitting."""
-    known = _UNPICKLED.get(key)
-    if known is not None and all(getattr(known, k) == v for k, v in init.items() if k != "fn"):
-        return known
-    spec = _make(**init)
-    _UNPICKLED[key] = spec
-    return spec
 
 
 def _typed_result(r: Expr, compute: str) -> Expr:
@@ -419,67 +342,3 @@ def _typed_result(r: Expr, compute: str) -> Expr:
     if r.op == "const" and r.dtype != compute:
         return const(r.args[0], compute)
     return r
-
-
-def _functional_call(spec, arrays, out, params):
-    global _functional_call
-    from .functional import call
-
-    _functional_call = call  # bind once: the functional path is called in hot loops
-    return call(spec, arrays, out, params)
-
-
-def _make(name, operands, patterns, tvars, fn, params=(), doc="", example="", validate=None):
-    """The operator, as an instance of a class of its own so that help(infiniop.<op>) shows the
-    operator's help."""
-    cls = type(name, (ElementwiseSpec,), {
-        "__doc__": help_text(name, operands, patterns, tvars, params, doc, example),
-        "__signature__": call_signature(operands, params), "__module__": "infiniop"})
-    return cls(name, operands, patterns, tvars, fn, params, doc, example, validate)
-
-
-def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None = None, *,
-                outputs=("out",), input_dtypes: dict[int, DType] | None = None,
-                signatures=None, params=(), operands=None, validate=None, doc: str = "",
-                example: str = "", register: bool = True) -> ElementwiseSpec:
-    """Define an elementwise operator from a scalar expression.
-
-    >>> import numpy as np, infiniop
-    >>> axpy = infiniop.elementwise("axpy2", ("x", "y"), infiniop.FLOATS,
-    ...                             lambda m, x, y: 2 * x + y)
-    >>> axpy(np.ones(3, np.float32), np.arange(3, dtype=np.float32))
-    array([2., 3., 4.], dtype=float32)
-
-    ``inputs``/``outputs`` name the operands (C order: outputs first, then inputs), or
-    ``operands`` gives them in any order with roles (``"x:inout, alpha"``, or
-    :class:`Operand` objects). ``dtypes`` is the set ``T`` ranges over; ``signatures`` are
-    ufunc-style type lists (``"T, T -> bool"``); without them every operand has the output's
-    dtype, except inputs pinned by ``input_dtypes`` (``{0: DType.BOOL}``). ``params`` are
-    scalar parameters (:class:`Param`, or names of float32 ones), passed to ``expr`` as keyword
-    arguments. ``m`` offers NaN-propagating ``minimum``/``maximum``, ``where``, ``fma``, ``abs``,
-    ``sqrt``, ``floor``, ``ceil``, ``trunc``, ``rint``, ``isnan``, ``cast``, ``bitcast`` and the
-    math functions of mathlib.py. Integer arithmetic wraps like NumPy; fp16/bf16 are computed in
-    float32 and rounded once.
-    """
-    if expr is None:
-        raise TypeError("elementwise() needs an expression")
-    if operands is None:
-        ops = tuple(Operand(n, "out") for n in outputs) + tuple(Operand(n) for n in inputs)
-    elif isinstance(operands, str):
-        ops = parse_operands(operands)
-    else:
-        ops = tuple(operands)
-    params = tuple(p if isinstance(p, Param) else Param(p) for p in params)
-    if signatures is None:
-        n_in = sum(o.reads for o in ops)
-        n_out = sum(o.writes for o in ops)
-        pins = dict(input_dtypes or {})
-        ins = ", ".join(sigs.code(pins[k]) if k in pins else "T" for k in range(n_in))
-        signatures = [f"{ins} -> {', '.join(['T'] * n_out)}"]
-    elif isinstance(signatures, str):
-        signatures = [signatures]
-    patterns = tuple(sigs.parse(s) for s in signatures)
-    spec = _make(name, ops, patterns, frozenset(dtypes), expr, params, doc, example, validate)
-    if register:
-        REGISTRY[name] = spec
-    return spec

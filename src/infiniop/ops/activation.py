@@ -2,7 +2,8 @@
 at create are keyword parameters named as in its C headers). fp16/bf16 are computed in float32
 and rounded once; the math functions come from mathlib.py."""
 
-from ..elementwise.spec import FLOATS, Operand, Param, elementwise, split_last
+from ..elementwise.operator import elementwise
+from ..elementwise.spec import FLOATS, Operand, Param, split_last
 
 SIGMOID = elementwise("sigmoid", ("x",), FLOATS, lambda m, x: m.sigmoid(x), outputs=("y",),
                       doc="y = 1 / (1 + exp(-x))")

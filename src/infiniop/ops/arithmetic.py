@@ -1,6 +1,7 @@
 """add, sub, mul (every numeric dtype; integers wrap like NumPy) and div (floats)."""
 
-from ..elementwise.spec import FLOATS, NUMERIC, Param, elementwise
+from ..elementwise.operator import elementwise
+from ..elementwise.spec import FLOATS, NUMERIC, Param
 
 ADD = elementwise("add", ("a", "b"), NUMERIC, lambda m, a, b: a + b, doc="c = a + b")
 SUB = elementwise("sub", ("a", "b"), NUMERIC, lambda m, a, b: a - b, doc="c = a - b")

@@ -1,7 +1,8 @@
 """BLAS level-1 operators, in BLAS order: they update their vectors in place. Scalars that are
 tensors in the C API (alpha, c, s, param) stay tensors (0-d or shape-(1,) ones broadcast)."""
 
-from ..elementwise.spec import FLOATS, NUMERIC, Operand, elementwise, entries
+from ..elementwise.operator import elementwise
+from ..elementwise.spec import FLOATS, NUMERIC, Operand, entries
 
 AXPY = elementwise("axpy", dtypes=FLOATS, operands="alpha, x, y:inout",
                    expr=lambda m, alpha, x, y: alpha * x + y, doc="y = alpha * x + y")

@@ -2,7 +2,8 @@
 pass: g = -exp(A_log) * softplus(a + dt_bias, beta, threshold), beta_output = sigmoid(b).
 A_log and dt_bias have one value per head (the last dim) and broadcast."""
 
-from ..elementwise.spec import HALF_AND_SINGLE, elementwise
+from ..elementwise.operator import elementwise
+from ..elementwise.spec import HALF_AND_SINGLE
 from .activation import SOFTPLUS
 
 

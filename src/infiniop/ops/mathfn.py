@@ -1,6 +1,7 @@
 """Unary math operators (output, input), from mathlib.py's functions."""
 
-from ..elementwise.spec import FLOATS, elementwise
+from ..elementwise.operator import elementwise
+from ..elementwise.spec import FLOATS
 
 
 def _unary(name: str, fn, out="y", inp="x", doc=""):

@@ -2,7 +2,8 @@
 dtype; x_scale (and the optional x_zero, absent for symmetric quantisation) are float32 tensors
 of one element."""
 
-from ..elementwise.spec import Operand, elementwise
+from ..elementwise.operator import elementwise
+from ..elementwise.spec import Operand
 
 
 def _dequant(m, x_packed, x_scale, x_zero):

@@ -1,6 +1,7 @@
 """neg, abs, relu (relu keeps NaN: maximum(x, 0) propagates it)."""
 
-from ..elementwise.spec import FLOATS, NUMERIC, SIGNED, elementwise
+from ..elementwise.operator import elementwise
+from ..elementwise.spec import FLOATS, NUMERIC, SIGNED
 
 NEG = elementwise("neg", ("x",), NUMERIC, lambda m, x: -x)
 ABS = elementwise("abs", ("x",), FLOATS | SIGNED, lambda m, x: m.abs(x))

@@ -1,28 +1,23 @@
-"""einops-style patterns: ``rearrange(x, "b (h w) c -> b c h w", h=4)``.
+"""einops-style patterns, the language of ``rearrange(x, "b (h w) c -> b c h w", h=4)``
+(the function itself is in ``__init__.py``, with ``copy_``).
 
 Names are axes; parentheses split (left) and merge (right) axes in C order; ``...`` stands for
 the axes not named; ``1`` and ``()`` are axes of extent 1. Splitting and permuting only change
 strides: the data moves once, through the rearrange kernel, into a new C-contiguous array of the
 input's kind (NumPy array or torch tensor).
 
-Parsing is cached per pattern string; planning (a rearrange descriptor) is cached per input
-layout, so a repeated call costs a dictionary look-up and the kernel launch.
+Parsing is cached per pattern string.
 """
 
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from ..dask_arrays import is_dask
-from ..dask_arrays import rearrange as rearrange_dask
-from ..interop import inspect_buffer
 from ..status import InfiniError, Status
-from ..tensor import TensorDescriptor, contiguous_strides
 
 ELLIPSIS = "..."
 _TOKEN = re.compile(r"\s*(?:(\.\.\.)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|([()])|(\S))")
@@ -224,68 +219,3 @@ def _plan_shapes(pat: Pattern, shape: tuple[int, ...], strides: tuple[int, ...],
         else:
             out_shape.append(extent)
     return tuple(it_shape), tuple(it_strides), tuple(out_shape)
-
-
-_PLANS: OrderedDict = OrderedDict()
-_PLAN_CACHE_SIZE = 256
-
-
-def _new_like(x, shape, dtype):
-    if type(x).__module__.startswith("torch"):
-        import torch
-
-        return torch.empty(shape, dtype=x.dtype)
-    return np.empty(shape, dtype=dtype.numpy)
-
-
-def rearrange(x, pattern: str, **axis_sizes):
-    """Reorder the axes of ``x`` as ``pattern`` says; returns a new C-contiguous array.
-
-    >>> import numpy as np, infiniop
-    >>> x = np.arange(24).reshape(2, 3, 4)
-    >>> infiniop.rearrange(x, "a b c -> c a b").shape
-    (4, 2, 3)
-    >>> infiniop.rearrange(x, "a (b1 b2) c -> b1 (a b2 c)", b1=1).shape
-    (1, 24)
-    """
-    from . import _descriptor_for
-
-    pat = parse(pattern)
-    # sizes are checked before the plan cache sees them (2.0 or True must not hit the entry of 2)
-    sizes_key = tuple(sorted((k, _axis_size(k, v, pattern)) for k, v in axis_sizes.items()))
-    if type(x) is np.ndarray:  # fast path for repeated calls: no interop objects
-        hit = _PLANS.get((pattern, x.dtype, x.shape, x.strides, sizes_key))
-        if hit is not None:
-            desc, out_shape = hit
-            out = np.empty(out_shape, x.dtype)
-            if desc._run is not None:
-                desc._run(out.ctypes.data, x.ctypes.data)
-            return out
-    if x is None:
-        raise InfiniError(Status.NULL_POINTER, "operand 'x': array is None")
-    if is_dask(x):  # a lazy graph instead (dask_arrays.py)
-        return rearrange_dask(x, pattern, axis_sizes)
-    info = inspect_buffer(x, "x")
-    if info.trusted:
-        raise InfiniError(Status.BAD_PARAM, "rearrange needs an array or tensor, not an address")
-    if info.device != "cpu":
-        raise InfiniError(Status.BAD_PARAM,
-                          f"operand 'x': rearrange runs on the cpu, the array lives on {info.device}")
-    if type(x) is np.ndarray:
-        key = (pattern, x.dtype, x.shape, x.strides, sizes_key)
-    else:
-        key = (pattern, "elements", info.dtype, info.shape, info.strides, sizes_key)
-    hit = _PLANS.get(key)
-    if hit is None:
-        it_shape, it_strides, out_shape = _plan_shapes(pat, info.shape, info.strides, axis_sizes)
-        src_desc = TensorDescriptor(info.dtype, it_shape, it_strides)
-        dst_desc = TensorDescriptor(info.dtype, it_shape, contiguous_strides(it_shape))
-        hit = (_descriptor_for(dst_desc, src_desc), out_shape)
-        _PLANS[key] = hit
-        if len(_PLANS) > _PLAN_CACHE_SIZE:
-            _PLANS.popitem(last=False)
-    desc, out_shape = hit
-    out = _new_like(x, out_shape, info.dtype)
-    if desc._run is not None:
-        desc._run(inspect_buffer(out, "out").address, info.address)
-    return out

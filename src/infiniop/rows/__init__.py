@@ -3,6 +3,7 @@ planned once (plan.py), run by a backend kernel through one descriptor class (de
 or the functional front end (functional.py)."""
 
 from .descriptor import RowDescriptor
-from .spec import LANES, RowOperand, RowSpec, row_operator
+from .operator import row_operator
+from .spec import LANES, RowOperand, RowSpec
 
 __all__ = ["LANES", "RowDescriptor", "RowOperand", "RowSpec", "row_operator"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..elementwise.spec import FLOATS, Param
-from .spec import row_operator
+from .operator import row_operator
 
 _HALF_OR_SINGLE_W = [f"{t}, f16|bf16|f32 -> {t}" for t in ("f16", "bf16", "f32")]
 

@@ -18,6 +18,9 @@ accumulates the row's elements ``l, l + L, l + 2L, ...`` in order, starting from
 (-0.0 for sums, -inf for max); then the lanes combine pairwise, ``lane[l] = op(lane[l],
 lane[l + h])`` for ``h = L/2, L/4, ..., 1``; the row's value is lane 0. Sums and maxima are in
 the expression's compute type (float32 for fp16/bf16/fp32 rows, float64 for float64).
+
+This module is data only: the callable operator (descriptor API, functional form, pickling) is
+``operator.RowOperator``, a subclass built above the planner and the front end.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ..elementwise import signature as sigs
 from ..elementwise.expr import Expr, Math, fingerprint, is_float, topo, trace
-from ..elementwise.spec import FLOATS, Operand, Param, Slot, _typed_result
+from ..elementwise.spec import Operand, Param, Slot, _typed_result
 from ..status import InfiniError, Status
 
 LANES = 1024
@@ -264,35 +267,8 @@ class RowSpec:
                 self._programs[key] = prog
         return prog
 
-    # -- entry points --------------------------------------------------------------------------------
-    def create_descriptor(self, handle, *args, **params):
-        """Validate and plan a call: ``(handle, *tensor_descriptors, *scalars)`` in the C API's
-        order; scalars may also be keywords. See :class:`RowDescriptor`."""
-        from .descriptor import RowDescriptor
-
-        n = len(self.operands)
-        return RowDescriptor(handle, self, args[:n], self.scalar_values(args[n:], params))
-
-    def __call__(self, *arrays, out=None, **params):
-        """Functional form: the read operands in order, scalars as keywords; returns the
-        outputs (a tuple when there are several) as the kind of array it was given."""
-        from .functional import call
-
-        return call(self, arrays, out, params)
-
     def __repr__(self) -> str:
         return f"<row operator {self.name}({', '.join(o.name for o in self.operands)})>"
-
-    def __reduce__(self):
-        if REGISTRY.get(self.name) is self:
-            return (_registered, (self.name,))
-        return object.__reduce__(self)
-
-
-def _registered(name: str) -> RowSpec:
-    from . import ops  # noqa: F401
-
-    return REGISTRY[name]
 
 
 # --------------------------------------------------------------------------------- tracing
@@ -433,42 +409,3 @@ def hoist(roots, per_element, first: int) -> tuple[list[Expr], list[Expr]]:
         keep(r)
     mapping = {id(a): Expr("input", (first + i,), a.dtype) for i, a in enumerate(inv)}
     return inv, substitute(roots, mapping)
-
-
-# ------------------------------------------------------------------------------- definer
-
-def row_operator(name: str, operands, fn: Callable, *, dtypes=FLOATS, signatures=None,
-                 params=(), axis: str | None = None, causal: bool = False, doc: str = "",
-                 register: bool = True) -> RowSpec:
-    """Define a row operator.
-
-    >>> import numpy as np, infiniop
-    >>> center = infiniop.row_operator("center", "y:out, x", lambda m, x: x - m.mean(x),
-    ...                                axis="axis")
-    >>> center(np.array([[1, 2, 6], [0, 0, 3]], np.float32))
-    array([[-2., -1.,  3.],
-           [-1., -1.,  2.]], dtype=float32)
-    >>> center(np.array([[1, 2], [5, 8]], np.float32), axis=0)
-    array([[-2., -3.],
-           [ 2.,  3.]], dtype=float32)
-
-    ``operands``: ``"y:out, x, w:col, b?:col, std:out:stat"`` in the C API's order (or
-    :class:`RowOperand` objects). ``fn(m, *inputs, **params)`` returns one value per output
-    (outputs in order); ``m`` adds ``m.sum(v)``, ``m.max(v)``, ``m.mean(v)`` and ``m.n`` to the
-    elementwise namespace. ``dtypes`` is the set ``T`` ranges over; ``signatures`` ufunc-style
-    type lists (default: every operand ``T``); ``params``: :class:`Param` or names of float32
-    ones; ``axis``: the keyword that picks the axis (None: the last one).
-    """
-    ops = parse_operands(operands) if isinstance(operands, str) else tuple(operands)
-    if signatures is None:
-        n_in = sum(o.reads for o in ops)
-        n_out = sum(o.writes for o in ops)
-        signatures = [f"{', '.join(['T'] * n_in)} -> {', '.join(['T'] * n_out)}"]
-    elif isinstance(signatures, str):
-        signatures = [signatures]
-    params = tuple(p if isinstance(p, Param) else Param(p) for p in params)
-    spec = RowSpec(name, ops, tuple(sigs.parse(s) for s in signatures), frozenset(dtypes), fn,
-                   params, axis, causal, doc)
-    if register:
-        REGISTRY[name] = spec
-    return spec

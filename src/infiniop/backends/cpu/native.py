@@ -119,7 +119,6 @@ class _Runtime:
         self.symbols = syms
         self._process = ctypes.CDLL(None)
         self.pool = None
-        self._set_threads = None
 
     def launch(self):
         """The threading layer, its thread pool started (once: serial kernels never need it)."""
@@ -134,8 +133,7 @@ class _Runtime:
                 raise ImportError(f"threading layer {layer!r} is chosen by Numba at run time")
             pool = self._ext("numba.np.ufunc." + _POOLS[layer])
             ctypes.CFUNCTYPE(None, ctypes.c_int)(pool.launch_threads)(runtime.MAX_THREADS)
-            self._set_threads = ctypes.CFUNCTYPE(None, ctypes.c_int)(pool.set_num_threads)
-            self._set_threads(runtime._threads)
+            runtime.follow_threads(ctypes.CFUNCTYPE(None, ctypes.c_int)(pool.set_num_threads))
             self.pool = pool
         return self.pool
 
@@ -212,11 +210,6 @@ def _get_runtime() -> _Runtime | None:
 def started() -> bool:
     """Whether kernels run (or ran) natively in this process."""
     return _runtime is not None
-
-
-def set_num_threads(n: int) -> None:
-    if _runtime is not None and _runtime._set_threads is not None:
-        _runtime._set_threads(n)
 
 
 # ------------------------------------------------------------------------------ object loader

@@ -17,6 +17,7 @@ import ctypes
 import glob
 import os
 import sys
+from collections.abc import Callable
 
 from ... import kernel_cache
 
@@ -59,6 +60,9 @@ def _default_threads() -> int:
 
 MAX_THREADS = _default_threads()
 _threads = MAX_THREADS  # what set_num_threads asked for (applied to whichever pool runs)
+# Pools started without Numba (native.py) register their setter here, so that this module,
+# below them, never imports them.
+_pool_setters: list[Callable[[int], None]] = []
 
 
 def num_threads() -> int:
@@ -78,9 +82,14 @@ def set_num_threads(n: int) -> None:
     numba = sys.modules.get("numba")
     if numba is not None and "infiniop.backends.cpu.jit" in sys.modules:
         numba.set_num_threads(_threads)
-    from . import native
+    for setter in _pool_setters:
+        setter(_threads)
 
-    native.set_num_threads(_threads)
+
+def follow_threads(setter: Callable[[int], None]) -> None:
+    """Apply the thread count to a newly started pool now and on every later set_num_threads."""
+    setter(_threads)
+    _pool_setters.append(setter)
 
 
 def threading_layer() -> str:

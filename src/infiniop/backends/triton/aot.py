@@ -93,7 +93,8 @@ def _expr_specs() -> dict:
     """Two user-style operators that use every function of the math namespace ``m`` (the
     built-in operators use only a few): one for float outputs, one for integer outputs."""
     if not _EXPR_SPECS:
-        from ...elementwise.spec import FLOATS, INTEGERS, elementwise
+        from ...elementwise.operator import elementwise
+        from ...elementwise.spec import FLOATS, INTEGERS
 
         _EXPR_SPECS["float"] = elementwise(
             "aot_every_float_function", ("a", "b", "c"), FLOATS,
