@@ -10,6 +10,7 @@ from __future__ import annotations
 from .device import Handle
 from .dtype import DType
 from .interop import BufferInfo, inspect_buffer
+from .layout import overlap
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, contiguous_strides
 
@@ -142,3 +143,46 @@ class OperatorDescriptor:
                               f"runs on {self.handle.device.name.lower()}")
         check_fits(info, desc, name, writable=writable)
         return info
+
+
+class OperandsDescriptor(OperatorDescriptor):
+    """Base of the descriptors of operators with named operands (elementwise, rows):
+    ``calculate(workspace, *buffers)`` in the operands' order, the overlap checks planned at
+    create (``self.info.checks``) run on the buffers' addresses."""
+
+    _names: tuple[str, ...] = ()
+    IN_PLACE = "in-place needs identical layouts"  # what the overlap message says is allowed
+
+    def _check_arguments(self, workspace, buffers: tuple) -> None:
+        n = len(self._names)
+        if workspace is MISSING or len(buffers) != n:
+            hint = ""
+            if len(buffers) == n - 1 and workspace is not None and workspace is not MISSING:
+                hint = ("; the first argument is the workspace (None when workspace_size is 0): "
+                        f"calculate(None, {', '.join(self._names)})")
+            raise self._arguments_error(("workspace",) + self._names, (workspace,) + buffers, hint)
+
+    def _check_buffers(self, workspace, buffers, *, overlaps: bool = True) -> list:
+        """The buffers' infos (None for an operand left out at create), after the workspace,
+        layout and overlap checks."""
+        self._check_workspace(workspace)
+        ops, descs = self.spec.operands, self.info.descs
+        infos = []
+        for o, d, b in zip(ops, descs, buffers):
+            if d is None:
+                if b is not None:
+                    raise InfiniError(Status.BAD_PARAM, f"operand '{o.name}' was None at create; "
+                                      "pass None for its buffer too")
+                infos.append(None)
+            else:
+                infos.append(self._buffer(b, d, o.name, writable=o.writes))
+        for c in self.info.checks if overlaps else ():
+            rel = overlap(infos[c.w].address, c.descs[0], infos[c.k].address, c.descs[1])
+            if rel == "partial" or (rel == "same" and not c.aliasable):
+                w, k = self._names[c.w], self._names[c.k]
+                if ops[c.k].writes:
+                    msg = f"operands '{w}' and '{k}' share memory; outputs must not overlap"
+                else:
+                    msg = f"operand '{w}' overlaps input '{k}'; {self.IN_PLACE}"
+                raise InfiniError(Status.BAD_PARAM, msg)
+        return infos

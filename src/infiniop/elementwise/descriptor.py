@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperandsDescriptor, check_descriptor, check_handle
 from ..dtype import DType
-from ..layout import overlap
 from ..status import InfiniError, Status
 from .plan import plan
 
@@ -14,7 +13,7 @@ _HALF = (DType.F16, DType.BF16)
 _U16 = np.dtype(np.uint16)
 
 
-class ElementwiseDescriptor(OperatorDescriptor):
+class ElementwiseDescriptor(OperandsDescriptor):
     """A planned elementwise call: ``calculate(workspace, *buffers, stream=None)``, the buffers
     in the order of the tensors given to create (the C API's order: outputs first for most
     operators; BLAS-style operators update some of theirs in place).
@@ -63,15 +62,8 @@ class ElementwiseDescriptor(OperatorDescriptor):
             return
         if not self._alive:
             self._check_alive()
-        n = len(self._names)
-        if workspace is MISSING or len(buffers) != n:
-            given = (workspace,) + buffers
-            hint = ""
-            if len(buffers) == n - 1 and workspace is not None and workspace is not MISSING:
-                hint = ("; the first argument is the workspace (None when workspace_size is 0): "
-                        f"calculate(None, {', '.join(self._names)})")
-            raise self._arguments_error(("workspace",) + self._names, given, hint)
-        infos = self._check_buffers(workspace, buffers)
+        self._check_arguments(workspace, buffers)
+        infos = self._check_buffers(workspace, buffers, overlaps=not self._empty)
         if not self._empty:
             self._kernel.launch_pointers([None if i is None else i.address for i in infos],
                                          stream=stream)
@@ -79,31 +71,6 @@ class ElementwiseDescriptor(OperatorDescriptor):
     def destroy(self) -> None:
         self._fast = None
         super().destroy()
-
-    def _check_buffers(self, workspace, buffers):
-        self._check_workspace(workspace)
-        ops, descs = self.spec.operands, self.info.descs
-        infos = []
-        for o, d, b in zip(ops, descs, buffers):
-            if d is None:
-                if b is not None:
-                    raise InfiniError(Status.BAD_PARAM, f"operand '{o.name}' was None at create; "
-                                      "pass None for its buffer too")
-                infos.append(None)
-            else:
-                infos.append(self._buffer(b, d, o.name, writable=o.writes))
-        if not self._empty:
-            for c in self.info.checks:
-                rel = overlap(infos[c.w].address, c.descs[0], infos[c.k].address, c.descs[1])
-                if rel == "partial" or (rel == "same" and not c.aliasable):
-                    w, k = self._names[c.w], self._names[c.k]
-                    if ops[c.k].writes:
-                        msg = f"operands '{w}' and '{k}' share memory; outputs must not overlap"
-                    else:
-                        msg = (f"operand '{w}' partially overlaps input '{k}'; in-place needs "
-                               "identical layouts")
-                    raise InfiniError(Status.BAD_PARAM, msg)
-        return infos
 
 
 def _fast_path(launcher, extra_args, info, ops):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
+from ..descriptor import MISSING, OperandsDescriptor, check_descriptor, check_handle
 from ..elementwise.descriptor import _fast_path
-from ..layout import overlap
 from ..status import InfiniError, Status
 from .plan import plan
 
 
-class RowDescriptor(OperatorDescriptor):
+class RowDescriptor(OperandsDescriptor):
     """A planned row call: ``calculate(workspace, *buffers, stream=None)``, the buffers in the
     order of the tensors given to create (absent optional ones: None).
 
@@ -24,6 +23,8 @@ class RowDescriptor(OperatorDescriptor):
     array([[0.3333, 0.3333, 0.3333],
            [0.09  , 0.2447, 0.6652]], dtype=float32)
     """
+
+    IN_PLACE = "in place needs the same layout (and a row input)"
 
     def __init__(self, handle, spec, descs: tuple, scalars: tuple):
         super().__init__(check_handle(handle))
@@ -59,13 +60,7 @@ class RowDescriptor(OperatorDescriptor):
             return
         if not self._alive:
             self._check_alive()
-        n = len(self._names)
-        if workspace is MISSING or len(buffers) != n:
-            hint = ""
-            if len(buffers) == n - 1 and workspace is not None and workspace is not MISSING:
-                hint = ("; the first argument is the workspace (None when workspace_size is 0): "
-                        f"calculate(None, {', '.join(self._names)})")
-            raise self._arguments_error(("workspace",) + self._names, (workspace,) + buffers, hint)
+        self._check_arguments(workspace, buffers)
         infos = self._check_buffers(workspace, buffers)
         if self._kernel is not None:
             self._kernel.launch_pointers([None if i is None else i.address for i in infos],
@@ -74,27 +69,3 @@ class RowDescriptor(OperatorDescriptor):
     def destroy(self) -> None:
         self._fast = None
         super().destroy()
-
-    def _check_buffers(self, workspace, buffers):
-        self._check_workspace(workspace)
-        ops, descs = self.spec.operands, self.info.descs
-        infos = []
-        for o, d, b in zip(ops, descs, buffers):
-            if d is None:
-                if b is not None:
-                    raise InfiniError(Status.BAD_PARAM, f"operand '{o.name}' was None at create; "
-                                      "pass None for its buffer too")
-                infos.append(None)
-            else:
-                infos.append(self._buffer(b, d, o.name, writable=o.writes))
-        for c in self.info.checks:
-            rel = overlap(infos[c.w].address, c.descs[0], infos[c.k].address, c.descs[1])
-            if rel == "partial" or (rel == "same" and not c.aliasable):
-                w, k = self._names[c.w], self._names[c.k]
-                if ops[c.k].writes:
-                    msg = f"operands '{w}' and '{k}' share memory; outputs must not overlap"
-                else:
-                    msg = (f"operand '{w}' overlaps input '{k}'; in place needs the same layout "
-                           "(and a row input)")
-                raise InfiniError(Status.BAD_PARAM, msg)
-        return infos
