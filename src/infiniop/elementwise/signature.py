@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from ..dtype import DType
+from ..status import InfiniError, Status
 
 CODES = {
     "f16": DType.F16, "bf16": DType.BF16, "f32": DType.F32, "f64": DType.F64,
@@ -120,3 +121,24 @@ def describe(patterns: list[Pattern], tvars) -> str:
 
 
 DTYPE_NAME = {k: v.short_name for k, v in CODES.items()}
+
+
+def match(name: str, operands, signatures, dtypes, accepted) -> Signature:
+    """The first signature these operand dtypes allow (None: an absent optional operand), or
+    BAD_TENSOR_DTYPE naming the first operand (C order) that no signature agreeing with the ones
+    before it allows, and what it may be there (``accepted()`` describes every signature)."""
+    for s in signatures:
+        if all(d is None or d is t for d, t in zip(dtypes, s.dtypes)):
+            return s
+    cands = list(signatures)
+    for k, (o, d) in enumerate(zip(operands, dtypes)):
+        if d is None:
+            continue
+        left = [s for s in cands if s.dtypes[k] is d]
+        if not left:
+            allowed = ", ".join(x.short_name for x in sorted({s.dtypes[k] for s in cands}))
+            raise InfiniError(Status.BAD_TENSOR_DTYPE,
+                              f"{name}: operand '{o.name}' has dtype {d}, expected "
+                              f"{allowed} here (accepted: {accepted()})")
+        cands = left
+    raise AssertionError("unreachable: some operand must mismatch")

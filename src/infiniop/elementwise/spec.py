@@ -248,22 +248,8 @@ class ElementwiseSpec:
     def match(self, dtypes: tuple[DType | None, ...]) -> sigs.Signature:
         """The signature of these operand dtypes (None: an absent optional operand), or
         BAD_TENSOR_DTYPE naming the accepted ones."""
-        for s in self.signatures:
-            if all(d is None or d is t for d, t in zip(dtypes, s.dtypes)):
-                return s
-        # name the first operand (C order) that no signature agreeing with the ones before allows
-        cands = list(self.signatures)
-        for k, (o, d) in enumerate(zip(self.operands, dtypes)):
-            if d is None:
-                continue
-            left = [s for s in cands if s.dtypes[k] is d]
-            if not left:
-                allowed = ", ".join(x.short_name for x in sorted({s.dtypes[k] for s in cands}))
-                raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                                  f"{self.name}: operand '{o.name}' has dtype {d}, expected "
-                                  f"{allowed} here (accepted: {self.describe_signatures()})")
-            cands = left
-        raise AssertionError("unreachable: some operand must mismatch")
+        return sigs.match(self.name, self.operands, self.signatures, dtypes,
+                          self.describe_signatures)
 
     def candidates(self, dtypes: tuple[DType | None, ...]) -> list[sigs.Signature]:
         return [s for s in self.signatures

@@ -212,21 +212,8 @@ class RowSpec:
     # -- signatures ------------------------------------------------------------------------------
     def match(self, dtypes) -> sigs.Signature:
         """The first signature these operand dtypes allow (None: absent or not yet known)."""
-        for s in self.signatures:
-            if all(d is None or d is t for d, t in zip(dtypes, s.dtypes)):
-                return s
-        cands = list(self.signatures)
-        for k, (o, d) in enumerate(zip(self.operands, dtypes)):
-            if d is None:
-                continue
-            left = [s for s in cands if s.dtypes[k] is d]
-            if not left:
-                allowed = ", ".join(x.short_name for x in sorted({s.dtypes[k] for s in cands}))
-                raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                                  f"{self.name}: operand '{o.name}' has dtype {d}, expected "
-                                  f"{allowed} here (accepted: {self.describe_signatures()})")
-            cands = left
-        raise AssertionError("unreachable: some operand must mismatch")
+        return sigs.match(self.name, self.operands, self.signatures, dtypes,
+                          self.describe_signatures)
 
     # -- parameters --------------------------------------------------------------------------------
     def scalar_values(self, args: tuple, given: dict) -> tuple[tuple, int | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import runtime
-from .elementwise_kernels import kernel_module, tile_shape
+from .elementwise_kernels import kernel_module, launcher_tables, tile_shape
 
 
 def staged_pattern(info) -> str:
@@ -70,20 +70,7 @@ class ElementwiseKernel:
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._flat = info.kind == "flat"
-        meta = list(sizes)
-        for k in operands:
-            d = info.descs[k]
-            lo, hi = d.reach
-            meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
-        meta += self._origins
-        meta += [int(c.aliasable) for c in info.checks]
-        self.meta = np.array(meta, dtype=np.int64)
-        layouts = []
-        for k in operands:
-            d = info.descs[k]
-            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
-        layouts = np.array(layouts, dtype=np.int64)
-        self.layouts = layouts
+        self.meta, self.layouts = launcher_tables(sizes, info, operands, self._origins)
         launcher = mod.launch_parallel if self.parallel else mod.launch_serial
         # For callers that bind the trailing arguments themselves (the descriptor's fast path).
         self.array_launcher = launcher

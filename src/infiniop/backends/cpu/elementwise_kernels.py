@@ -50,6 +50,23 @@ WIDE = os.environ.get("INFINIOP_VECTOR_BITS", "512") == "512"
 
 
 
+def launcher_tables(head: list[int], info, operands: list[int], origins: list[int]):
+    """The int64 tables the generated array launchers read (elementwise and rows): ``meta`` =
+    ``head``, each operand's byte reach (lo, hi + 1), the slots' origins, the overlap checks'
+    aliasable flags; ``layouts`` = each operand's ``ndim, shape..., byte strides...`` (what
+    ``arrays.layout_end`` compares an array with)."""
+    import numpy as np
+
+    meta, layouts = list(head), []
+    for d in (info.descs[k] for k in operands):
+        lo, hi = d.reach
+        meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
+        layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+    meta += origins
+    meta += [int(c.aliasable) for c in info.checks]
+    return np.array(meta, dtype=np.int64), np.array(layouts, dtype=np.int64)
+
+
 def tile_shape(itemsizes: list[int], staged: list[int]) -> tuple[int, int]:
     """(rows, columns) of the tiled kind's tiles, in elements. Columns: 256 bytes of the
     narrowest slot, so that a row is at least one iteration of LLVM's vector loop (4 registers

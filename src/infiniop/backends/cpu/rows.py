@@ -6,6 +6,7 @@ import numpy as np
 
 from ...rows.spec import lanes_for
 from . import runtime
+from .elementwise_kernels import launcher_tables
 from .row_kernels import kernel_module
 
 TASK_ELEMS = 1 << 15  # elements a parallel task handles at least (TBB overhead is ~1 us)
@@ -55,19 +56,8 @@ class RowKernel:
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._astr = np.array(info.axis_strides, dtype=np.int64)
         self._sizes = (n, self._shape, self._strides, self._astr, per_task, cfg)
-        meta = [n, per_task, cfg]
-        for k in operands:
-            d = info.descs[k]
-            lo, hi = d.reach
-            meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
-        meta += self._origins
-        meta += [int(c.aliasable) for c in info.checks]
-        self.meta = np.array(meta, dtype=np.int64)
-        layouts = []
-        for d in (info.descs[k] for k in operands):
-            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
-        layouts = np.array(layouts, dtype=np.int64)
-        self.layouts = layouts
+        self.meta, self.layouts = launcher_tables([n, per_task, cfg], info, operands,
+                                                  self._origins)
         self.array_launcher = mod.launch_parallel if self.parallel else mod.launch_serial
         self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides, self._astr)
 
