@@ -5,7 +5,7 @@ where, bit casts, integer ops): range reduction + polynomials, FMA-based error-f
 transformations where precision is needed; no tables, no libm calls, no branches on data. So
 every backend renders the same operations and computes the same bits (NaN payloads aside).
 
-Functions: exp, exp2, expm1, log, log2, log10, log1p, atanh, tanh, sigmoid, silu, erf, erfc,
+Functions: exp, exp_nonpositive (softmax's: x <= 0, plain arithmetic), exp2, expm1, log, log2, log10, log1p, atanh, tanh, sigmoid, silu, erf, erfc,
 erfinv, and the activations built on them: gelu (erf form), gelu_tanh, quickgelu, softplus(x,
 beta, threshold), swiglu(a, b) = a * silu(b), hardswish, reciprocal.
 
@@ -252,6 +252,26 @@ def exp(m, x):
     xc = _clamp(m, x, T.exp_lo, T.exp_hi)
     t, s, sl = _exp_core(m, xc)
     return _scale(m, s + sl, t, xc > 0.0)
+
+
+def exp_nonpositive(m, x):
+    """exp(x) for x <= 0 in plain arithmetic, for softmax's exp(x - max) (x > 0 is taken as 0).
+
+    Half the operations of :func:`exp`: no double-float steps, so about one ulp instead of a
+    correctly rounded result (f32: max 1.0 ulp; f64 likewise, measured in tests/test_mathlib.py);
+    a row's sum of such terms is as accurate as the terms. fp16/bf16 results use the degree-5
+    polynomial of the half versions. Results below the normal range go through a 2-step scale.
+    """
+    T = _consts(x)
+    xc = _clamp(m, x, T.exp_lo, 0.0)
+    t = m.fma(xc, T.log2e, T.magic)
+    nf = t - T.magic
+    r = m.fma(nf, -T.ln2_lo, m.fma(nf, -T.ln2_hi, xc))     # the first fma is exact
+    if _half_result(m, x):
+        p = m.fma(r * r, m.fma(r, _horner(m, r, _HALF_EXP_B), 0.5), r)
+    else:                                                  # r + r^2/2 + r^3/2 P(r)
+        p = m.fma(r * r, m.fma(r * 0.5, _horner(m, r, T.exp_p), 0.5), r)
+    return ((p + 1.0) * _pow2(m, t, T.scale_split, x)) * 2.0 ** -T.scale_split
 
 
 def exp2(m, x):
@@ -980,5 +1000,5 @@ def hardswish(m, x):
 
 
 FUNCTIONS: dict = {f.__name__: f for f in (
-    exp, exp2, expm1, log, log2, log10, log1p, atanh, tanh, sigmoid, silu, swiglu, quickgelu,
+    exp, exp_nonpositive, exp2, expm1, log, log2, log10, log1p, atanh, tanh, sigmoid, silu, swiglu, quickgelu,
     gelu, gelu_tanh, hardswish, reciprocal, softplus, erf, erfc, erfinv)}

@@ -90,7 +90,7 @@ import numpy as np
 from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
-    bitcast, prefer_512_bit_vectors)
+    bitcast, prefer_512_bit_vectors, prefetch)
 from infiniop.backends.cpu.transpose import tile_transpose
 from infiniop.backends.cpu.arrays import layout_end
 

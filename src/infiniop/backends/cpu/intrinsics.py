@@ -8,6 +8,8 @@
   discipline every vector store of 16/32/64 bytes is aligned to its own size. A loop that is not
   vectorised just gets ordinary scalar stores (x86 has no scalar float NT store).
 - ``sfence()``: orders the weakly-ordered NT stores before the kernel returns.
+- ``prefetch(ptr, i)``: asks for the cache line of ``ptr[i]`` (``prefetcht0``): a row kernel
+  reads its next row from memory while it streams out the current one.
 - ``f16_to_f32(u16)`` / ``f32_to_f16(f32)``: IEEE half conversions through LLVM's ``half`` type
   (F16C ``vcvtph2ps``/``vcvtps2ph``): exact, round-to-nearest-even, NaN stays NaN.
 """
@@ -145,6 +147,24 @@ def bitcast(typingctx, value, dtype):
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], context.get_value_type(to))
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx, ptr, index):
+    sig = types.void(ptr, index)
+
+    def codegen(context, builder, signature, args):
+        p, i = args
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read, keep in every cache level (locality 3), data cache
+        builder.call(fn, [builder.bitcast(builder.gep(p, [i]), i8p), ir.Constant(i32, 0),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
 
     return sig, codegen
 

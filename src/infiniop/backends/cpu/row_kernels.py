@@ -13,8 +13,9 @@ Layout kinds (decided once, at create):
 - 'row': a task walks whole rows; each row's passes after the first read it from cache. The
   last pass streams its outputs with non-temporal stores when they are large (unit stride, one
   itemsize; the row's head peeled to 64-byte alignment, rows whose outputs are not equally
-  aligned are stored normally). A cached last-stage value (softmax's
-  ``exp(x - max)``) is kept in a scratch row instead of being computed twice.
+  aligned are stored normally; 16-bit outputs as 32-bit words), and meanwhile prefetches the
+  next row's input, so that reading it overlaps this row's stores. A cached last-stage value
+  (softmax's ``exp(x - max)``) is kept in a scratch row instead of being computed twice.
 - 'col': the axis is strided and the innermost other dim is dense: a task takes a block of
   adjacent rows and runs every pass across them side by side (vectorised across rows), with
   ``L x block`` lanes.
@@ -30,6 +31,9 @@ from .codegen import load_module
 from .elementwise_kernels import NP, PRELUDE, STORAGE, WIDE, _const, _load, _store, render_body
 
 _TEMP = re.compile(r"\bt(\d+)\b")
+# elements per block of the streamed pass: a multiple of 64 bytes for every item size, and
+# enough 32-bit words for the vectorised loop (16 lanes x 4 interleaved) to run
+_BLOCK = 256
 
 
 def _render(roots, names: list[str], nparams: int, prefix: str) -> tuple[list[str], list[str]]:
@@ -137,13 +141,14 @@ class _Gen:
         c = self.p.cached
         if c is not None:
             self.e(f"{indent}cache = np.empty({cache_shape}, {NP[c.dtype]})")
-            # stored through a pointer: ``cache[j]`` with j = c0 + l, which the compiler cannot
-            # prove >= 0, would wrap negative indices and turn the vector store into a scatter
-            # (``cache`` stays alive: the output pass reads it)
+            # stored and read through a pointer: ``cache[j]`` with j = c0 + l, which the
+            # compiler cannot prove >= 0, would wrap negative indices and turn vector loads and
+            # stores into gathers and scatters (the row kind keeps ``cache`` alive at the end
+            # of the task)
             self.e(f"{indent}pcache = address_as_pointer(cache.ctypes.data, {NP[c.dtype]})")
 
     def combine(self, k: int, a: str, b: str) -> str:
-        return f"{a} + {b}" if self.reds[k].op == "sum" else f"_maximum({a}, {b})"
+        return f"({a} + {b})" if self.reds[k].op == "sum" else f"_maximum({a}, {b})"
 
     # -- row kind -----------------------------------------------------------------------------------
     def row_kernel(self, fname: str, par: bool) -> None:
@@ -175,13 +180,21 @@ class _Gen:
             e(f"{I}    if d == nd - 1:")
             e(f"{I}        ci = idx")
         self.pointers(I)
-        e(f"{I}v = min(n, ci + n - shape[nd - 1] + 1)" if p.causal else f"{I}v = n")
-        names = self.names("st{k}", "cache[j]")
+        self.next_row_pointers(I)
+        if p.causal:  # lanes beyond the row's v elements would only combine identities
+            e(f"{I}v = min(n, ci + n - shape[nd - 1] + 1)")
+            e(f"{I}lv = 1")
+            e(f"{I}while lv < v and lv < lp:")
+            e(f"{I}    lv *= 2")
+        else:
+            e(f"{I}v = n")
+            e(f"{I}lv = lp")
+        names = self.names("st{k}", "pcache[j]")
         k0 = 0
         for s, stage in enumerate(p.stages):
             roots = [r.expr for r in stage]
             for k in range(k0, k0 + len(stage)):
-                e(f"{I}for l in range(lp):")
+                e(f"{I}for l in range(lv):")
                 e(f"{I}    acc{k}[l] = {_const(IDENTITY[self.reds[k].op], self.reds[k].dtype)}")
             roots, inames = self.hoisted(I, roots, names, f"h{s}_")
             e(f"{I}for c0 in range(0, v, lp):")
@@ -198,59 +211,145 @@ class _Gen:
                 if r.cached:
                     e(f"{J}pcache[j] = {outs[i]}")
             for k in range(k0, k0 + len(stage)):
-                e(f"{I}h = lp >> 1")
-                e(f"{I}while h > 0:")
-                e(f"{I}    for l in range(h):")
-                e(f"{I}        acc{k}[l] = {self.combine(k, f'acc{k}[l]', f'acc{k}[l + h]')}")
-                e(f"{I}    h >>= 1")
+                self.halve(I, k)
                 e(f"{I}st{k} = acc{k}[0]")
             k0 += len(stage)
         self.row_outputs(I, names)
         self.stat_outputs(I, "", "0")
+        if p.cached is not None:
+            # the passes reach the scratch row through pcache only: this use keeps ``cache``
+            # alive (Numba frees an array after its last use in the function's IR)
+            e("        cache[0] = cache[0]")
+        if self.stream:  # once per task: the rows' non-temporal stores drain meanwhile
+            e("        if cfg:")
+            e("            sfence()")
+
+    def halve(self, I: str, k: int) -> None:
+        """The lanes of acc<k> halve pairwise (lane l takes l + h, h = L/2, L/4, ... 1), two
+        levels per sweep: ``(a[l] . a[l+h]) . (a[l+q] . a[l+h+q])`` with q = h/2 is the same
+        operations in the same order as two sweeps, with half the loads and stores. It starts
+        at ``lv`` lanes: a causal row's lanes from lv on would hold identities, and combining
+        an identity (-0.0 for sums, -inf for max) leaves every value's bits as they are."""
+        e, a = self.e, f"acc{k}"
+        e(f"{I}h = lv >> 1")
+        e(f"{I}while h > 1:")
+        e(f"{I}    q = h >> 1")
+        e(f"{I}    for l in range(q):")
+        pair = self.combine(k, self.combine(k, f"{a}[l]", f"{a}[l + h]"),
+                            self.combine(k, f"{a}[l + q]", f"{a}[l + h + q]"))
+        e(f"{I}        {a}[l] = {pair}")
+        e(f"{I}    h >>= 2")
+        e(f"{I}if h == 1:")
+        e(f"{I}    {a}[0] = {self.combine(k, f'{a}[0]', f'{a}[1]')}")
+
+    def prefetched(self) -> list[int]:
+        """The slots the first pass reads along a unit-stride axis, when the last pass streams:
+        the last pass asks for their next row's lines (``prefetch``), so that reading it from
+        memory overlaps the current row's stores instead of following them."""
+        if not (self.stream and self.p.stages):
+            return []
+        used = _used([r.expr for r in self.p.stages[0]], self.p.nelem)
+        return sorted(j for j in (self.slot_of_load[k] for k in used)
+                      if self.kinds[j] == "row" and self.pattern[j] == "1")
+
+    def next_row_pointers(self, I: str) -> None:
+        e = self.e
+        pf = self.prefetched()
+        if not pf:
+            return
+        e(f"{I}rem = r + 1")
+        for j in pf:
+            e(f"{I}gn{j} = 0")
+        e(f"{I}for d in range(nd - 1, -1, -1):")
+        e(f"{I}    ext = shape[d]")
+        e(f"{I}    idx = rem % ext")
+        e(f"{I}    rem //= ext")
+        for j in pf:
+            e(f"{I}    gn{j} += idx * strides[{j}, d]")
+        for j in pf:
+            e(f"{I}qn{j} = address_as_pointer(s{j} + gn{j} * {self.isz[j]}, np.{self.st[j]})")
 
     def row_outputs(self, I: str, names: list[str]) -> None:
+        """The last pass: every element of the row outputs. A causal row's elements from ``v``
+        on are 0 (selected in the same loops, so that they stream too)."""
         p, e = self.p, self.e
         outs_j = [j for j in range(self.ns) if self.slots[j].store is not None
                   and self.kinds[j] == "row"]
         roots = [p.results[self.slots[j].store] for j in outs_j]
         roots, names = self.hoisted(I, roots, names, "ho_")
         used = _used(roots, p.nelem)
+        end = "n" if p.causal else "v"
 
-        def loop(indent: str, rng: str, nt: bool) -> None:
-            e(f"{indent}for j in range({rng}):")
-            J = indent + "    "
+        def values(J: str, prefix: str) -> list[str]:
+            """Emit one element's outputs at ``J`` (``j`` set); their stored values."""
             self.loads(J, used, lambda j: True)
-            lines, outs = self.render(roots, names, "o_")
+            lines, outs = self.render(roots, names, prefix)
             for line in lines:
                 e(J + line)
-            for i, j in enumerate(outs_j):
-                value = _store(self.slots[j].dtype, outs[i], roots[i].dtype)
-                if nt:
-                    e(f"{J}nt_store(q{j}, j, {value})")
-                else:
-                    e(f"{J}q{j}[{self.index(j)}] = {value}")
+            if p.causal:  # selected here: ``j`` moves on before a packed word is stored
+                for i, (o, r) in enumerate(zip(outs, roots)):
+                    e(f"{J}{prefix}m{i} = {o} if j < v else {_const(0, r.dtype)}")
+                outs = [f"{prefix}m{i}" for i in range(len(outs))]
+            return [_store(self.slots[j].dtype, o, r.dtype) for j, o, r in zip(outs_j, outs, roots)]
+
+        def loop(indent: str, rng: str) -> None:
+            e(f"{indent}for j in range({rng}):")
+            for j, value in zip(outs_j, values(indent + "    ", "o_")):
+                e(f"{indent}    q{j}[{self.index(j)}] = {value}")
 
         if self.stream:
+            k = 4 // min(4, self.isz[0])
             e(f"{I}if cfg:")
             e(f"{I}    addr = s0 + g0 * {self.isz[0]}")
             e(f"{I}    head = ((64 - (addr & 63)) & 63) // {self.isz[0]}")
-            e(f"{I}    if addr % {self.isz[0]} != 0 or head > v:")
-            e(f"{I}        head = v")
+            e(f"{I}    if addr % {self.isz[0]} != 0 or head > {end}:")
+            e(f"{I}        head = {end}")
             for j in outs_j[1:]:  # every streamed output shares the first one's alignment
                 e(f"{I}    if (s{j} + g{j} * {self.isz[j]} - addr) & 63 != 0:")
-                e(f"{I}        head = v")
-            loop(I + "    ", "head", False)
-            loop(I + "    ", "head, v", True)
-            e(f"{I}    sfence()")
+                e(f"{I}        head = {end}")
+            loop(I + "    ", "head")
+            self.streamed(I + "    ", outs_j, end, k, values)
+            loop(I + "    ", f"head + words * {k}, {end}")
             e(f"{I}else:")
-            loop(I + "    ", "v", False)
+            loop(I + "    ", end)
         else:
-            loop(I, "v", False)
-        if p.causal:
-            e(f"{I}for j in range(v, n):")
-            for i, j in enumerate(outs_j):
-                zero = _store(self.slots[j].dtype, _const(0, roots[i].dtype), roots[i].dtype)
-                e(f"{I}    q{j}[{self.index(j)}] = {zero}")
+            loop(I, end)
+
+    def streamed(self, I: str, outs_j: list[int], end: str, k: int, values) -> None:
+        """Elements [head, end) of the row outputs (64-byte aligned at head) with non-temporal
+        stores, ``words`` 32-bit words of k elements each (k = 1 for 4-byte outputs; 16-bit
+        ones are packed in pairs: LLVM leaves 16-bit non-temporal stores scalar, see
+        elementwise_kernels' ``packed_loop``). Blocks of _BLOCK elements: vector stores stay
+        aligned to their size, and each block asks for the next row's lines of
+        :meth:`prefetched`."""
+        e = self.e
+        if k > 1:
+            for j in outs_j:
+                e(f"{I}w{j} = address_as_pointer(s{j} + (g{j} + head) * {self.isz[j]}, np.uint32)")
+        e(f"{I}words = ({end} - head) // {k}")
+        e(f"{I}for i0 in range(0, words, {_BLOCK // k}):")
+        pf = self.prefetched()
+        if pf:
+            e(f"{I}    if r + 1 < r1:")
+            for j in pf:
+                e(f"{I}        for jp in range(head + {k} * i0, min(head + {k} * i0 + {_BLOCK}, "
+                  f"{end}), {64 // self.isz[j]}):")
+                e(f"{I}            prefetch(qn{j}, jp)")
+        e(f"{I}    for i in range(i0, min(i0 + {_BLOCK // k}, words)):")
+        J = I + "        "
+        lanes = []
+        for u in range(k):
+            e(f"{J}j = head + {k} * i + {u}")
+            lanes.append(values(J, f"o{u}_"))
+        for n, j in enumerate(outs_j):
+            if k == 1:
+                e(f"{J}nt_store(q{j}, j, {lanes[0][n]})")
+                continue
+            bits = 32 // k
+            parts = [f"np.uint32(np.uint{bits}({lane[n]}))" for lane in lanes]
+            word = " | ".join(f"({v} << np.uint32({bits * u}))" if u else v
+                              for u, v in enumerate(parts))
+            e(f"{J}nt_store(w{j}, i, np.uint32({word}))")
 
     def stat_outputs(self, I: str, sub: str, index: str) -> None:
         p, e = self.p, self.e
