@@ -35,9 +35,21 @@ infiniop.copy_(y.reshape(45, 3, 37).transpose(1, 2, 0), x)
 assert np.array_equal(y.reshape(45, 3, 37).transpose(1, 2, 0), x)
 h = x.astype(np.float16)
 check(h, "b r c -> b c r", h.transpose(0, 2, 1))
+# elementwise and row kernels: the descriptor's array fast path and the pointer path
+assert np.array_equal(infiniop.sub(x, x[:1]), x - x[:1])
+assert np.array_equal(infiniop.sub(h, h[:, :1]), h - h[:, :1])
+hd = infiniop.create_handle("cpu")
+d = infiniop.create_sub_descriptor(hd, *[infiniop.TensorDescriptor(infiniop.float32, x.shape)] * 3)
+out, x2 = np.empty_like(x), x * 2
+d.calculate(None, out.ctypes.data, x.ctypes.data, x2.ctypes.data)
+assert np.array_equal(out, x - x2)
+rows = [infiniop.rms_norm(x, x[0, 0], epsilon=1e-6), infiniop.softmax(h, axis=1),
+        infiniop.causal_softmax(x), out]
+import hashlib
+digest = hashlib.sha1(b"".join(r.tobytes() for r in rows)).hexdigest()[:12]
 from infiniop.backends.cpu import runtime
 print(sys.modules.get("numba") is not None, sys.modules.get("llvmlite") is not None,
-      runtime.num_threads())
+      runtime.num_threads(), digest)
 """
 ENV = {"INFINIOP_PARALLEL_THRESHOLD": "0", "INFINIOP_NT_THRESHOLD_BYTES": "0"}
 
@@ -56,38 +68,42 @@ def _objects(cache):
 def compiled(tmp_path_factory):
     """A cache filled by one process that compiled the workload's kernels (with Numba)."""
     cache = tmp_path_factory.mktemp("native") / "cache"
-    assert _run(cache) == f"True True {runtime.MAX_THREADS}"
-    return cache
+    line = _run(cache)
+    assert line.startswith(f"True True {runtime.MAX_THREADS} ")
+    return cache, line.split()[-1]
 
 
 def test_cached_kernels_run_without_numba(compiled):
-    cache = compiled
+    cache, digest = compiled
     stored = _objects(cache)
     kinds = {os.path.basename(p).split(".")[1] for p in stored}
-    assert {"memcpy_parallel", "units_parallel", "transpose_parallel"} <= kinds, stored
+    assert {"memcpy_parallel", "units_parallel", "transpose_parallel", "launch_parallel",
+            "parallel"} <= kinds, stored
+    assert any(os.path.basename(p).startswith("ew_sub") for p in stored), stored
+    assert any(os.path.basename(p).startswith("rows_causal_softmax") for p in stored), stored
     # a fresh process: Numba is not even importable, the results are the same bits
     no_numba = "import sys\nsys.modules['numba'] = sys.modules['llvmlite'] = None\n"
-    assert _run(cache, no_numba + WORKLOAD, NUMBA_NUM_THREADS="1").startswith("False False 1")
+    assert _run(cache, no_numba + WORKLOAD, NUMBA_NUM_THREADS="1") == f"False False 1 {digest}"
     assert _objects(cache) == stored
 
 
 def test_damaged_objects_are_never_run(compiled, tmp_path):
     cache = tmp_path / "cache"
-    shutil.copytree(compiled, cache)
+    shutil.copytree(compiled[0], cache)
     for path in _objects(cache):
         with open(path, "r+b") as f:  # flip one byte of the machine code
             f.seek(-100, os.SEEK_END)
             b = f.read(1)
             f.seek(-100, os.SEEK_END)
             f.write(bytes([b[0] ^ 0xFF]))
-    assert _run(cache).startswith("True True")  # Numba ran instead (from its own cache)
+    assert _run(cache) == f"True True {runtime.MAX_THREADS} {compiled[1]}"  # Numba ran instead
 
 
 def test_thread_count_carries_over_to_numba(compiled):
-    cache = compiled
+    cache = compiled[0]
     code = WORKLOAD + """
 runtime.set_num_threads(1)
-infiniop.sub(np.ones(8, np.float32), np.ones(8, np.float32))  # imports Numba (elementwise)
+infiniop.mul(np.ones(8, np.float32), np.ones(8, np.float32))  # not cached: imports Numba
 import numba
 assert "numba" in sys.modules and numba.get_num_threads() == 1 == runtime.num_threads()
 big = rng.standard_normal((700, 900)).astype(np.float32)

@@ -86,7 +86,8 @@ def _fast_path(launcher, extra_args, info, ops):
         if not present[j]:
             checks.append(f"x{j} is None")
             continue
-        checks.append(f"type(x{j}) is nd and x{j}.dtype is d{j}")
+        # the launcher is compiled for this dtype and ndim (native.Kernel: types not checked)
+        checks.append(f"type(x{j}) is nd and x{j}.dtype is d{j} and x{j}.ndim == {info.descs[j].ndim}")
         if o.writes:
             checks.append(f"x{j}.flags.writeable")
     view = "".join(f"    x{j} = x{j}.view(u16)\n" for j in range(n)

@@ -6,8 +6,9 @@ versioned kernel cache (``kernel_cache.kernel_dir("cpu")``) and imported from th
 that live in a file).
 
 ``load_module`` imports the module (and Numba). ``kernels`` gives its functions as
-``native.Kernel`` objects instead: a specialisation found in the cache then runs without
-importing Numba or the module at all (a new process's first call: milliseconds, not ~0.3 s).
+``native.Kernel`` objects instead (how the elementwise, row and rearrange kernels are bound): a
+specialisation found in the cache then runs without importing Numba or the module at all (a new
+process's first call: milliseconds, not ~0.3 s).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import runtime
-from .elementwise_kernels import kernel_module, launcher_tables, tile_shape
+from ...dtype import DType
+from . import native, runtime
+from .elementwise_kernels import kernel_functions, launcher_tables, tile_shape
 
 
 def staged_pattern(info) -> str:
@@ -16,6 +17,11 @@ def staged_pattern(info) -> str:
     written = {j for j, s in enumerate(info.program.slots) if s.store is not None}
     return "".join("t" if j not in written and c == "g" and lay.strides[j][-2] == 1 else c
                    for j, c in enumerate(info.pattern))
+
+
+def array_dtype(dtype: DType) -> np.dtype:
+    """The dtype of the arrays the descriptor's fast path passes (fp16/bf16 as uint16 views)."""
+    return np.dtype(np.uint16) if dtype in (DType.F16, DType.BF16) else np.dtype(dtype.numpy)
 
 
 class ElementwiseKernel:
@@ -37,7 +43,7 @@ class ElementwiseKernel:
         pattern = info.pattern
         if info.kind == "tiled":
             pattern = staged_pattern(info)
-        mod = kernel_module(prog, info.kind, pattern, operands, pairs)
+        fns = kernel_functions(prog, info.kind, pattern, operands, pairs)
         self._origins = [info.slot_offsets[j] * isz[j] for j in range(len(slots))]
         self._slot_operand = [s.operand for s in slots]
         self.params = tuple(info.params)
@@ -65,16 +71,23 @@ class ElementwiseKernel:
                 nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES and info.pattern[0] == "1"
                          and inner * isz[0] >= 1024)
             sizes = [chunks, nt, 0]
-        self._fn = mod.parallel if self.parallel else mod.serial
         self._sizes = tuple(sizes[:2])
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._flat = info.kind == "flat"
         self.meta, self.layouts = launcher_tables(sizes, info, operands, self._origins)
-        launcher = mod.launch_parallel if self.parallel else mod.launch_serial
-        # For callers that bind the trailing arguments themselves (the descriptor's fast path).
-        self.array_launcher = launcher
+        # fixed argument types (native.Kernel): addresses, the scalars as the plan typed them
+        which = "parallel" if self.parallel else "serial"
+        sizes_args = self._sizes if self._flat else (self._shape, self._strides, *self._sizes)
+        self._fn = fns[which].specialize(*[0] * len(slots), *self.params, *sizes_args)
+        # For callers that bind the trailing arguments themselves (the descriptor's fast path):
+        # NumPy arrays of each operand's storage dtype (fp16/bf16 as uint16) and ndim, any
+        # strides; the caller checks both before calling.
+        arrays = [native.array(array_dtype(info.descs[k].dtype), info.descs[k].ndim)
+                  for k in operands]
         self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides)
+        self.array_launcher = fns[f"launch_{which}"].specialize(
+            *arrays, *self.params, *self.array_launcher_args)
 
     def launch_pointers(self, addresses, stream=None) -> None:
         """Run on the calling thread; ``stream`` has no meaning on the CPU (work is done on

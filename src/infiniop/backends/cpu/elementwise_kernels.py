@@ -30,7 +30,7 @@ import os
 
 from ...dtype import DType
 from ...elementwise.expr import BINARY, LIBM, Expr, topo
-from .codegen import load_module
+from .codegen import kernels
 
 STORAGE = {
     DType.F16: "uint16", DType.BF16: "uint16", DType.F32: "float32", DType.F64: "float64",
@@ -587,8 +587,13 @@ def source(program, kind: str, pattern: str, operands: list[int],
     return PRELUDE + "\n".join(g.L) + "\n"
 
 
-def kernel_module(program, kind: str, pattern: str, operands: list[int],
-                  pairs: list[tuple[int, int]]):
-    """The compiled module for this variant (generated and imported on first use)."""
+KERNELS = ("serial", "parallel", "launch_serial", "launch_parallel")
+
+
+def kernel_functions(program, kind: str, pattern: str, operands: list[int],
+                     pairs: list[tuple[int, int]]) -> dict:
+    """This variant's :data:`KERNELS` as ``native.Kernel`` objects: machine code found in the
+    kernel cache runs without importing Numba; the module is generated and imported only when
+    something must be compiled."""
     src = source(program, kind, pattern, operands, pairs)
-    return load_module(f"ew_{program.name}_{program.key[:10]}_{kind}_{pattern}", src)
+    return kernels(f"ew_{program.name}_{program.key[:10]}_{kind}_{pattern}", src, KERNELS)

@@ -64,7 +64,8 @@ def array(dtype, ndim: int, layout: str = "A") -> ArrayType:
 
 
 def describe(args) -> tuple:
-    """The argument types of a call (arrays, ``ArrayType`` placeholders, ints, bools, floats)."""
+    """The argument types of a call (arrays, ``ArrayType`` placeholders, ints, bools, floats;
+    NumPy float32 scalars stay float32)."""
     out = []
     for a in args:
         if isinstance(a, ArrayType):
@@ -75,6 +76,8 @@ def describe(args) -> tuple:
             out.append("bool")
         elif isinstance(a, int | np.integer):
             out.append("int64")
+        elif isinstance(a, np.float32):  # as Numba types it (a kernel's float32 parameter)
+            out.append("float32")
         elif isinstance(a, float | np.floating):
             out.append("float64")
         else:

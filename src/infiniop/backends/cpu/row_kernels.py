@@ -27,8 +27,8 @@ import re
 
 from ...elementwise.expr import topo
 from ...rows.spec import IDENTITY, LANES, hoist
-from .codegen import load_module
-from .elementwise_kernels import NP, PRELUDE, STORAGE, WIDE, _const, _load, _store, render_body
+from .codegen import kernels
+from .elementwise_kernels import KERNELS, NP, PRELUDE, STORAGE, WIDE, _const, _load, _store, render_body
 
 _TEMP = re.compile(r"\bt(\d+)\b")
 # elements per block of the streamed pass: a multiple of 64 bytes for every item size, and
@@ -498,9 +498,10 @@ def source(program, kind: str, pattern: str, inner: str, stream: bool, operands:
     return PRELUDE + "\n".join(g.L) + "\n"
 
 
-def kernel_module(program, kind: str, pattern: str, inner: str, stream: bool,
-                  operands: list[int], pairs: list[tuple[int, int]]):
-    """The compiled module for this variant (generated and imported on first use)."""
+def kernel_functions(program, kind: str, pattern: str, inner: str, stream: bool,
+                     operands: list[int], pairs: list[tuple[int, int]]) -> dict:
+    """This variant's kernels as ``native.Kernel`` objects (see elementwise_kernels'
+    ``kernel_functions``)."""
     src = source(program, kind, pattern, inner, stream, operands, pairs)
     tag = f"{kind}_{pattern}_{inner}{'_nt' if stream else ''}"
-    return load_module(f"rows_{program.name}_{program.key[:10]}_{tag}", src)
+    return kernels(f"rows_{program.name}_{program.key[:10]}_{tag}", src, KERNELS)

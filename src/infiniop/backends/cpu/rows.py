@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...rows.spec import lanes_for
-from . import runtime
+from . import native, runtime
+from .elementwise import array_dtype
 from .elementwise_kernels import launcher_tables
-from .row_kernels import kernel_module
+from .row_kernels import kernel_functions
 
 TASK_ELEMS = 1 << 15  # elements a parallel task handles at least (TBB overhead is ~1 us)
 LANE_BYTES = 1 << 15  # the col kind's block: lanes x adjacent rows of scratch
@@ -47,19 +48,24 @@ class RowKernel:
         operands = [k for k, d in enumerate(info.descs) if d is not None]
         pos = {k: u for u, k in enumerate(operands)}
         pairs = [(pos[c.w], pos[c.k]) for c in info.checks]
-        mod = kernel_module(prog, info.kind, info.pattern, inner, stream, operands, pairs)
+        fns = kernel_functions(prog, info.kind, info.pattern, inner, stream, operands, pairs)
         self._origins = [info.slot_offsets[j] * isz[j] for j in range(len(slots))]
         self._slot_operand = [s.operand for s in slots]
         self.params = tuple(info.params)
-        self._fn = mod.parallel if self.parallel else mod.serial
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._astr = np.array(info.axis_strides, dtype=np.int64)
         self._sizes = (n, self._shape, self._strides, self._astr, per_task, cfg)
         self.meta, self.layouts = launcher_tables([n, per_task, cfg], info, operands,
                                                   self._origins)
-        self.array_launcher = mod.launch_parallel if self.parallel else mod.launch_serial
+        # fixed argument types (native.Kernel), as in elementwise.ElementwiseKernel
+        which = "parallel" if self.parallel else "serial"
+        self._fn = fns[which].specialize(*[0] * len(slots), *self.params, *self._sizes)
         self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides, self._astr)
+        arrays = [native.array(array_dtype(info.descs[k].dtype), info.descs[k].ndim)
+                  for k in operands]
+        self.array_launcher = fns[f"launch_{which}"].specialize(
+            *arrays, *self.params, *self.array_launcher_args)
 
     def launch_pointers(self, addresses, stream=None) -> None:
         """Run on the calling thread (``stream`` has no meaning on the CPU)."""
