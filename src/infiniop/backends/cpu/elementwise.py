@@ -75,7 +75,8 @@ class ElementwiseKernel:
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._flat = info.kind == "flat"
-        self.meta, self.layouts = launcher_tables(sizes, info, operands, self._origins)
+        self.meta = launcher_tables(sizes, info, operands, self._origins,
+                                    () if self._flat else (self._shape, self._strides))
         # fixed argument types (native.Kernel): addresses, the scalars as the plan typed them
         which = "parallel" if self.parallel else "serial"
         sizes_args = self._sizes if self._flat else (self._shape, self._strides, *self._sizes)
@@ -85,7 +86,7 @@ class ElementwiseKernel:
         # strides; the caller checks both before calling.
         arrays = [native.array(array_dtype(info.descs[k].dtype), info.descs[k].ndim)
                   for k in operands]
-        self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides)
+        self.array_launcher_args = (self.meta,)
         self.array_launcher = fns[f"launch_{which}"].specialize(
             *arrays, *self.params, *self.array_launcher_args)
 

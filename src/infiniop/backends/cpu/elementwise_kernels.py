@@ -50,11 +50,14 @@ WIDE = os.environ.get("INFINIOP_VECTOR_BITS", "512") == "512"
 
 
 
-def launcher_tables(head: list[int], info, operands: list[int], origins: list[int]):
-    """The int64 tables the generated array launchers read (elementwise and rows): ``meta`` =
+def launcher_tables(head: list[int], info, operands: list[int], origins: list[int],
+                    extras=()):
+    """The one int64 table the generated array launchers read (see :func:`launchers`):
     ``head``, each operand's byte reach (lo, hi + 1), the slots' origins, the overlap checks'
-    aliasable flags; ``layouts`` = each operand's ``ndim, shape..., byte strides...`` (what
-    ``arrays.layout_end`` compares an array with)."""
+    aliasable flags; then each operand's ``ndim, shape..., byte strides...`` (what
+    ``arrays.layout_end`` compares an array with); then each of ``extras`` (the kernel's own
+    int64 arrays, 1-D or 2-D) as ``rows, cols, values...``. One array: each argument a launch
+    unboxes costs about as much as a small kernel's work."""
     import numpy as np
 
     meta, layouts = list(head), []
@@ -64,7 +67,53 @@ def launcher_tables(head: list[int], info, operands: list[int], origins: list[in
         layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
     meta += origins
     meta += [int(c.aliasable) for c in info.checks]
-    return np.array(meta, dtype=np.int64), np.array(layouts, dtype=np.int64)
+    for x in extras:
+        x = np.asarray(x, dtype=np.int64)
+        rows, cols = (1, x.size) if x.ndim == 1 else x.shape
+        layouts += [rows, cols, *x.ravel().tolist()]
+    return np.array(meta + layouts, dtype=np.int64)
+
+
+def launchers(emit, nops: int, nslots: int, params: list[str], pairs, extras, call: str,
+              returns: bool = True) -> None:
+    """``launch_serial``/``launch_parallel(a0.., *params, meta)``: the NumPy fast path's entry
+    (elementwise, rows, rope). ``meta`` is :func:`launcher_tables`' table: 3 kernel sizes,
+    per operand reach_lo, reach_hi (bytes), per slot its origin (bytes), per pair 'aliasable',
+    the operands' layouts, then ``extras`` (names, with their ndim: 1 or 2), which the kernel
+    call ``call`` may use besides ``meta[...]`` and the arrays' addresses ``b<u>``. Each array
+    must be laid out as its descriptor and the (written, other) ``pairs`` must not overlap
+    unless exactly aliasable. Returns 0 (done), 1 + u (operand u not as described), 100 + pair
+    (overlap) or, with ``returns``, the kernel's own nonzero code."""
+    names = [f"a{u}" for u in range(nops)]
+    layouts_at = 3 + 2 * nops + nslots + len(pairs)
+    for par in (False, True):
+        emit("\n\n@njit(**OPTS)")
+        emit(f"def {'launch_parallel' if par else 'launch_serial'}({', '.join(names + params)}, "
+             f"meta):")
+        emit(f"    pos = {layouts_at}")
+        for u, nm in enumerate(names):
+            # an array not laid out as its descriptor (shape, element strides) goes to the
+            # general path, which says why
+            emit(f"    pos = layout_end({nm}, meta, pos)")
+            emit("    if pos < 0:")
+            emit(f"        return {1 + u}")
+            emit(f"    b{u} = {nm}.ctypes.data")
+        for q, (w, k) in enumerate(pairs):
+            lw, hw, lk, hk = 3 + 2 * w, 4 + 2 * w, 3 + 2 * k, 4 + 2 * k
+            emit(f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
+                 f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):")
+            emit(f"        if not (b{w} == b{k} and meta[{layouts_at - len(pairs) + q}] == 1):")
+            emit(f"            return {100 + q}")
+        for name, nd in extras:
+            shape = ".reshape((meta[pos], meta[pos + 1]))" if nd == 2 else ""
+            emit(f"    {name} = meta[pos + 2:pos + 2 + meta[pos] * meta[pos + 1]]{shape}")
+            emit("    pos += 2 + meta[pos] * meta[pos + 1]")
+        kernel = f"{'parallel' if par else 'serial'}({call})"
+        if returns:
+            emit(f"    return {kernel}")
+        else:
+            emit(f"    {kernel}")
+            emit("    return 0")
 
 
 def tile_shape(itemsizes: list[int], staged: list[int]) -> tuple[int, int]:
@@ -525,53 +574,20 @@ class _Gen:
 
     # -- array launchers ---------------------------------------------------------------------------
     def launchers(self, operands: list[int], pairs: list[tuple[int, int]]) -> None:
-        """``operands``: the user operands passed as arrays, in order; ``pairs``: (written, other)
-        positions in that list to check for overlap.
-
-        meta (int64): [size0, size1, 0] then per operand u: reach_lo, reach_hi (bytes from element
-        0), then per slot: origin (bytes from its operand's element 0), then per pair: aliasable.
-        ``layouts`` (int64): per operand ndim, shape..., byte strides... Returns 0 (done),
-        1 + u (operand u is not laid out as its descriptor), 100 + pair (outputs overlap: the
-        caller decides exactly)."""
-        nops = len(operands)
-        names = [f"a{u}" for u in range(nops)]
-        args = ", ".join(names + self.params)
-        base = 3
-        slot_base = base + 2 * nops
-        pair_base = slot_base + self.nslots
+        """The array launchers (:func:`launchers`); ``operands``: the user operands passed as
+        arrays, in order; ``pairs``: (written, other) positions in that list."""
         pos = {op: u for u, op in enumerate(operands)}
-        for par in (False, True):
-            fname = "launch_parallel" if par else "launch_serial"
-            self.emit("\n\n@njit(**OPTS)")
-            self.emit(f"def {fname}({args}, meta, layouts, shape, strides):")
-            e = self.emit
-            self.wide("    ")
-            e("    pos = 0")
-            for u, nm in enumerate(names):
-                # an array not laid out as its descriptor (shape, element strides) goes to the
-                # general path, which says why; a different ndim is a different Numba type:
-                # compiled once, then refused here
-                e(f"    pos = layout_end({nm}, layouts, pos)")
-                e("    if pos < 0:")
-                e(f"        return {1 + u}")
-                e(f"    b{u} = {nm}.ctypes.data")
-            for q, (w, k) in enumerate(pairs):
-                lw, hw = base + 2 * w, base + 2 * w + 1
-                lk, hk = base + 2 * k, base + 2 * k + 1
-                e(f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
-                  f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):")
-                e(f"        if not (b{w} == b{k} and meta[{pair_base + q}] == 1):")
-                e(f"            return {100 + q}")
-            ptrs = ", ".join(f"b{pos[s.operand]} + meta[{slot_base + j}]"
-                             for j, s in enumerate(self.slots))
-            fn = "parallel" if par else "serial"
-            extra = ", ".join(self.params)
-            extra = f", {extra}" if extra else ""
-            if self.kind == "flat":
-                e(f"    {fn}({ptrs}{extra}, meta[0], meta[1])")
-            else:
-                e(f"    {fn}({ptrs}{extra}, shape, strides, meta[0], meta[1])")
-            e("    return 0")
+        slot_base = 3 + 2 * len(operands)
+        ptrs = ", ".join(f"b{pos[s.operand]} + meta[{slot_base + j}]"
+                         for j, s in enumerate(self.slots))
+        extra = "".join(f", {p}" for p in self.params)
+        if self.kind == "flat":
+            call, extras = f"{ptrs}{extra}, meta[0], meta[1]", []
+        else:
+            call = f"{ptrs}{extra}, shape, strides, meta[0], meta[1]"
+            extras = [("shape", 1), ("strides", 2)]
+        launchers(self.emit, len(operands), self.nslots, self.params, pairs, extras, call,
+                  returns=False)
 
 
 def source(program, kind: str, pattern: str, operands: list[int],

@@ -12,8 +12,8 @@ import numpy as np
 
 from . import runtime
 from .codegen import load_module
-from .elementwise_kernels import PRELUDE, STORAGE, WIDE, _load, _store
-from .row_kernels import _render, launchers
+from .elementwise_kernels import PRELUDE, STORAGE, WIDE, _load, _store, launcher_tables, launchers
+from .row_kernels import _render
 
 TASK_ELEMS = 1 << 15
 
@@ -96,7 +96,7 @@ def source(prog, steps: str, operands, pairs) -> str:
             yb_idx = idx(0, " + yb")
             e(f"{J}q0[{yb_idx}] = {_store(dts[0], outs[1], prog.results[1].dtype)}")
         e("    return 0")
-    launchers(e, len(operands), [], pairs, "shape, strides, steps",
+    launchers(e, len(operands), 5, [], pairs, [("shape", 1), ("strides", 2), ("steps", 1)],
               ", ".join(f"b{u} + meta[{3 + 2 * len(operands) + u}]" for u in range(5))
               + ", shape, strides, steps, meta[0], meta[1], meta[2]")
     return PRELUDE + "\n".join(L) + "\n"
@@ -132,22 +132,10 @@ class RopeKernel:
         self._steps = np.array([ya, yb, xa, xb, t3, s3, t4, s4], dtype=np.int64)
         self._sizes = (info.half, info.max_pos, per_task)
         self._fn = mod.parallel if self.parallel else mod.serial
-        meta = list(self._sizes)
-        for d in info.descs:
-            lo, hi = d.reach
-            meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
-        meta += self._origins
-        meta += [int(c.aliasable) for c in info.checks]
-        self.meta = np.array(meta, dtype=np.int64)
-        layouts = []
-        for d in info.descs:
-            layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
-        layouts = np.array(layouts, dtype=np.int64)
-        self.layouts = layouts
-        launcher = mod.launch_parallel if self.parallel else mod.launch_serial
-        self.array_launcher = launcher
-        self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides,
-                                    self._steps)
+        self.meta = launcher_tables(list(self._sizes), info, range(5), self._origins,
+                                    (self._shape, self._strides, self._steps))
+        self.array_launcher = mod.launch_parallel if self.parallel else mod.launch_serial
+        self.array_launcher_args = (self.meta,)
 
     def launch_pointers(self, addresses, stream=None) -> int:
         ptrs = [a + o for a, o in zip(addresses, self._origins)]

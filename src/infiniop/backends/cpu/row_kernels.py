@@ -28,7 +28,18 @@ import re
 from ...elementwise.expr import topo
 from ...rows.spec import IDENTITY, LANES, hoist
 from .codegen import kernels
-from .elementwise_kernels import KERNELS, NP, PRELUDE, STORAGE, WIDE, _const, _load, _store, render_body
+from .elementwise_kernels import (
+    KERNELS,
+    NP,
+    PRELUDE,
+    STORAGE,
+    WIDE,
+    _const,
+    _load,
+    _store,
+    launchers,
+    render_body,
+)
 
 _TEMP = re.compile(r"\bt(\d+)\b")
 # elements per block of the streamed pass: a multiple of 64 bytes for every item size, and
@@ -454,37 +465,6 @@ class _Gen:
             e(f"{I}for c in range(cw):")
             self.stat_outputs(I + "    ", "[c]", "c * i{j}")
 
-def launchers(emit, nops: int, params: list[str], pairs, extras: str, call: str) -> None:
-    """``launch_serial``/``launch_parallel(a0.., *params, meta, layouts, *extras)``: the NumPy
-    fast path's entry, as elementwise_kernels' launchers. Each array must be laid out as its
-    descriptor (``layouts``: per operand ndim, shape, byte strides) and the (written, other) ``pairs``
-    must not overlap unless exactly aliasable; ``meta`` (int64) holds 3 kernel sizes, then per
-    operand reach_lo, reach_hi (bytes), then per slot its origin (bytes), then per pair
-    'aliasable'. ``call`` is the argument list of the kernel (arrays' addresses are ``b<u>``).
-    Returns 0 (done), 1 + u (operand u not as described), 100 + pair (overlap) or the kernel's
-    own nonzero code."""
-    names = [f"a{u}" for u in range(nops)]
-    base = 3
-    for par in (False, True):
-        emit("\n\n@njit(**OPTS)")
-        emit(f"def {'launch_parallel' if par else 'launch_serial'}({', '.join(names + params)}, "
-             f"meta, layouts, {extras}):")
-        emit("    pos = 0")
-        for u, nm in enumerate(names):
-            emit(f"    pos = layout_end({nm}, layouts, pos)")
-            emit("    if pos < 0:")
-            emit(f"        return {1 + u}")
-            emit(f"    b{u} = {nm}.ctypes.data")
-        for q, (w, k) in enumerate(pairs):
-            lw, hw, lk, hk = base + 2 * w, base + 2 * w + 1, base + 2 * k, base + 2 * k + 1
-            pair_base = f"meta.shape[0] - {len(pairs) - q}"
-            emit(f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
-                 f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):")
-            emit(f"        if not (b{w} == b{k} and meta[{pair_base}] == 1):")
-            emit(f"            return {100 + q}")
-        emit(f"    return {'parallel' if par else 'serial'}({call})")
-
-
 def source(program, kind: str, pattern: str, inner: str, stream: bool, operands: list[int],
            pairs: list[tuple[int, int]]) -> str:
     g = _Gen(program, kind, pattern, inner, stream)
@@ -494,7 +474,8 @@ def source(program, kind: str, pattern: str, inner: str, stream: bool, operands:
     call = (", ".join(f"b{operands.index(sl.operand)} + meta[{3 + 2 * len(operands) + j}]"
                       for j, sl in enumerate(g.slots)) + "".join(f", {x}" for x in g.params)
             + ", meta[0], shape, strides, astr, meta[1], meta[2]")
-    launchers(g.e, len(operands), g.params, pairs, "shape, strides, astr", call)
+    launchers(g.e, len(operands), g.ns, g.params, pairs,
+              [("shape", 1), ("strides", 2), ("astr", 1)], call)
     return PRELUDE + "\n".join(g.L) + "\n"
 
 

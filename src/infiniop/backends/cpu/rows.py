@@ -56,12 +56,12 @@ class RowKernel:
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._astr = np.array(info.axis_strides, dtype=np.int64)
         self._sizes = (n, self._shape, self._strides, self._astr, per_task, cfg)
-        self.meta, self.layouts = launcher_tables([n, per_task, cfg], info, operands,
-                                                  self._origins)
+        self.meta = launcher_tables([n, per_task, cfg], info, operands, self._origins,
+                                    (self._shape, self._strides, self._astr))
         # fixed argument types (native.Kernel), as in elementwise.ElementwiseKernel
         which = "parallel" if self.parallel else "serial"
         self._fn = fns[which].specialize(*[0] * len(slots), *self.params, *self._sizes)
-        self.array_launcher_args = (self.meta, self.layouts, self._shape, self._strides, self._astr)
+        self.array_launcher_args = (self.meta,)
         arrays = [native.array(array_dtype(info.descs[k].dtype), info.descs[k].ndim)
                   for k in operands]
         self.array_launcher = fns[f"launch_{which}"].specialize(
