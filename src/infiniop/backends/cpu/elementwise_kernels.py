@@ -50,6 +50,14 @@ WIDE = os.environ.get("INFINIOP_VECTOR_BITS", "512") == "512"
 
 
 
+def packed_word(values: list[str], bits: int) -> str:
+    """One 32-bit word of ``32 // bits`` stored elements, element 0 in the low bits (through the
+    unsigned storage width: a signed element must not fill the high bits)."""
+    parts = [f"np.uint32(np.uint{bits}({v}))" for v in values]
+    word = " | ".join(f"({v} << np.uint32({bits * u}))" if u else v for u, v in enumerate(parts))
+    return f"np.uint32({word})"
+
+
 def launcher_tables(head: list[int], info, operands: list[int], origins: list[int],
                     extras=()):
     """The one int64 table the generated array launchers read (see :func:`launchers`):
@@ -335,10 +343,7 @@ class _Gen:
         inner = indent + "    "
         lanes = [self.compute(inner, ptr, f"{k} * i + {u}", lane=str(u)) for u in range(k)]
         for n, j in enumerate(self.written):
-            # through the unsigned storage width: a signed element must not fill the high bits
-            lane = [f"np.uint32(np.uint{bits}({lanes[u][n]}))" for u in range(k)]
-            word = " | ".join(f"({v} << np.uint32({bits * u}))" if u else v for u, v in enumerate(lane))
-            self.emit(f"{inner}nt_store(w{j}, i, np.uint32({word}))")
+            self.emit(f"{inner}nt_store(w{j}, i, {packed_word([lane[n] for lane in lanes], bits)})")
 
     def nt_loop(self, indent: str, ptr: str, count: str, start: str) -> None:
         """``count`` elements from the pointers ``<ptr><j>`` with non-temporal stores. ``start``

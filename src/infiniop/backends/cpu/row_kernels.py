@@ -38,6 +38,7 @@ from .elementwise_kernels import (
     _load,
     _store,
     launchers,
+    packed_word,
     render_body,
 )
 
@@ -356,11 +357,7 @@ class _Gen:
             if k == 1:
                 e(f"{J}nt_store(q{j}, j, {lanes[0][n]})")
                 continue
-            bits = 32 // k
-            parts = [f"np.uint32(np.uint{bits}({lane[n]}))" for lane in lanes]
-            word = " | ".join(f"({v} << np.uint32({bits * u}))" if u else v
-                              for u, v in enumerate(parts))
-            e(f"{J}nt_store(w{j}, i, np.uint32({word}))")
+            e(f"{J}nt_store(w{j}, i, {packed_word([lane[n] for lane in lanes], 32 // k)})")
 
     def stat_outputs(self, I: str, sub: str, index: str) -> None:
         p, e = self.p, self.e
