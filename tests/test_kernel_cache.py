@@ -38,11 +38,13 @@ def test_fingerprint_follows_every_backend_source_and_the_version(fake_package, 
     monkeypatch.setattr(kernel_cache, "__version__", "9.9.9")  # an upgrade
     upgraded = kernel_cache.fingerprint()
     assert len({first, edited, added, upgraded}) == 4
-    assert [p.name for p in kernel_cache.sources()] == ["intrinsics.py", "row_kernels.py"]
+    assert [os.path.basename(p) for p in kernel_cache.sources()] == ["intrinsics.py",
+                                                                     "row_kernels.py"]
 
 
 def test_the_real_fingerprint_covers_the_kernel_sources():
-    names = {p.relative_to(kernel_cache._PACKAGE).as_posix() for p in kernel_cache.sources()}
+    names = {os.path.relpath(p, kernel_cache._PACKAGE).replace(os.sep, "/")
+             for p in kernel_cache.sources()}
     for f in ("backends/cpu/intrinsics.py", "backends/cpu/transpose.py",
               "backends/cpu/arrays.py", "backends/cpu/rearrange_kernels.py",
               "backends/cpu/elementwise_kernels.py", "backends/cpu/codegen.py",

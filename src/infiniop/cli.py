@@ -67,7 +67,7 @@ def _info() -> int:
         else:
             print(f"  {', '.join(names)}: {state}")
     print(f"threads {runtime.num_threads()} (layer {runtime.threading_layer()}, "
-          f"TBB found: {runtime.HAVE_TBB})")
+          f"TBB found: {runtime.have_tbb()})")
     print(f"parallel above {runtime.PARALLEL_THRESHOLD} elements; non-temporal stores above "
           f"{runtime.NT_THRESHOLD_BYTES >> 20} MiB of output")
     print(f"kernel cache {kernel_cache.root()} ({kernel_cache.usage() / 1e6:.1f} MB)")

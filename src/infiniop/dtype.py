@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 from enum import IntEnum
 
-import ml_dtypes
 import numpy as np
 
 from .status import InfiniError, Status
@@ -38,7 +37,11 @@ class DType(IntEnum):
     @property
     def numpy(self) -> np.dtype:
         """The NumPy dtype that stores this type (bf16 and f8 through ml_dtypes)."""
-        return _TO_NUMPY[self]
+        try:
+            return _TO_NUMPY[self]
+        except KeyError:
+            _add_ml_dtypes()
+            return _TO_NUMPY[self]
 
     @property
     def is_float(self) -> bool:
@@ -82,12 +85,22 @@ _TO_NUMPY = {
     DType.I32: np.dtype(np.int32), DType.I64: np.dtype(np.int64),
     DType.U8: np.dtype(np.uint8), DType.U16: np.dtype(np.uint16),
     DType.U32: np.dtype(np.uint32), DType.U64: np.dtype(np.uint64),
-    DType.F8: np.dtype(ml_dtypes.float8_e4m3fn), DType.F16: np.dtype(np.float16),
-    DType.F32: np.dtype(np.float32), DType.F64: np.dtype(np.float64),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16),
+    DType.F16: np.dtype(np.float16), DType.F32: np.dtype(np.float32),
+    DType.F64: np.dtype(np.float64),
 }
 # uint8 maps back to U8 (BYTE is the reference's untyped byte; it shares NumPy's uint8).
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items() if k is not DType.BYTE}
+
+
+def _add_ml_dtypes() -> None:
+    """bf16 and f8 enter the tables on first need: ml_dtypes costs ~5 ms of import, and an array
+    of those dtypes cannot exist before its user has imported ml_dtypes."""
+    import ml_dtypes
+
+    for d, t in ((DType.F8, ml_dtypes.float8_e4m3fn), (DType.BF16, ml_dtypes.bfloat16)):
+        _TO_NUMPY[d] = np.dtype(t)
+        _FROM_NUMPY[np.dtype(t)] = d
+
 
 float16, bfloat16, float32, float64 = DType.F16, DType.BF16, DType.F32, DType.F64
 int8, int16, int32, int64 = DType.I8, DType.I16, DType.I32, DType.I64
@@ -101,6 +114,11 @@ SUPPORTED = ", ".join(_SHORT[d] for d in DType if d is not DType.BYTE)
 
 def from_numpy(dt) -> DType:
     """The DType of a NumPy dtype (or anything ``np.dtype`` accepts)."""
+    try:
+        return _FROM_NUMPY[np.dtype(dt)]
+    except Exception:  # noqa: BLE001 - maybe a bf16/f8 dtype or name before the tables have it
+        pass
+    _add_ml_dtypes()
     try:
         return _FROM_NUMPY[np.dtype(dt)]
     except Exception as e:  # noqa: BLE001 - np.dtype('01') is a SyntaxError, '0:' a ValueError

@@ -21,15 +21,23 @@ folders if they end up empty: whatever else lives under the root survives.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._version import __version__
 
-_PACKAGE = Path(__file__).resolve().parent
+try:  # CPython's own SHA-1: importing hashlib loads OpenSSL, ~3 ms of a warm first call
+    from _sha1 import sha1
+except ImportError:  # pragma: no cover - an interpreter built without it
+    from hashlib import sha1
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# Paths on the warm path are strings (os.path): pathlib's import costs ~3 ms of a first call.
+_PACKAGE = os.path.dirname(os.path.realpath(__file__))
 # Sources outside backends/ that kernels inline (one line per file, relative to the package).
 EXTRA_SOURCES: tuple[str, ...] = ()
 
@@ -46,45 +54,56 @@ _FILE = (
 
 
 @functools.cache
-def root() -> Path:
+def root() -> str:
     """The cache root (read once per process, like every setting)."""
     env = os.environ.get("INFINIOP_CACHE_DIR")
     if env:
-        return Path(env).expanduser()
+        return os.path.expanduser(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "infiniop"
+    return os.path.join(base, "infiniop")
 
 
-def sources() -> list[Path]:
+def _relative(path: str) -> str:
+    """A path under the package (as ``sources()`` builds them) relative to it, with '/'."""
+    return path[len(os.fspath(_PACKAGE)) + 1:].replace(os.sep, "/")
+
+
+def sources() -> list[str]:
     """Every source file a kernel is generated from or inlines: all of ``backends/`` (so a new
-    kernel module is covered without being listed), plus ``EXTRA_SOURCES``."""
-    files = sorted((_PACKAGE / "backends").rglob("*.py"))
-    return files + [_PACKAGE / p for p in EXTRA_SOURCES]
+    kernel module is covered without being listed), plus ``EXTRA_SOURCES``; sorted by their
+    path in the package."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(os.fspath(_PACKAGE), "backends")):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        found += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
+    extra = [os.path.join(os.fspath(_PACKAGE), p) for p in EXTRA_SOURCES]
+    return sorted(found, key=_relative) + extra
 
 
 @functools.cache
 def fingerprint() -> str:
     """Hash of the package version and of ``sources()`` (computed once per process; ~1 ms)."""
-    h = hashlib.sha256(__version__.encode())
+    h = sha1(__version__.encode())
     for path in sources():
-        h.update(b"\0" + path.relative_to(_PACKAGE).as_posix().encode() + b"\0")
-        h.update(path.read_bytes())
+        h.update(b"\0" + _relative(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(f.read())
     return h.hexdigest()[:16]
 
 
-def kernel_dir(kind: str) -> Path:
+def kernel_dir(kind: str) -> str:
     """``<root>/k<version>-<fingerprint>/<kind>`` (``cpu``, ``numba``, ``triton``), created."""
-    path = root() / f"k{__version__}-{fingerprint()}" / kind
-    path.mkdir(parents=True, exist_ok=True)
+    path = os.path.join(root(), f"k{__version__}-{fingerprint()}", kind)
+    os.makedirs(path, exist_ok=True)
     return path
 
 
-def write_module(directory: Path, name: str, source: str) -> Path:
+def write_module(directory: str, name: str, source: str) -> str:
     """``directory/name.py`` holding ``source``, written once and atomically (safe when several
     threads or processes write the same module at once; an existing file is left untouched, so
     its timestamp, and the caches keyed on it, stay valid)."""
-    path = directory / (name + ".py")
-    if not path.exists():
+    path = os.path.join(directory, name + ".py")
+    if not os.path.exists(path):
         import tempfile  # only when writing: 4 ms of a cached first call
 
         fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
@@ -119,6 +138,8 @@ def _size(path: Path) -> int:
 
 
 def _own_files(folder: Path) -> list[Path]:
+    from pathlib import Path
+
     out = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
@@ -131,7 +152,9 @@ def _own_files(folder: Path) -> list[Path]:
 
 def entries(at: Path | None = None) -> list[Entry]:
     """What the library wrote under ``at`` (default: the cache root), folder by folder."""
-    base = Path(at) if at is not None else root()
+    from pathlib import Path
+
+    base = Path(at if at is not None else root())
     found = []
     try:
         names = sorted(os.listdir(base))
@@ -156,7 +179,9 @@ def usage(at: Path | None = None) -> int:
 def clear(at: Path | None = None, dry_run: bool = False) -> list[Entry]:
     """Delete the library's files under ``at`` (default: the cache root) and the folders that
     held them once they are empty. Returns what was (or, with ``dry_run``, would be) removed."""
-    base = Path(at) if at is not None else root()
+    from pathlib import Path
+
+    base = Path(at if at is not None else root())
     found = entries(base)
     if dry_run:
         return found

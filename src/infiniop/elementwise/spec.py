@@ -12,7 +12,6 @@ This module is data only: the callable operator (descriptor API, functional form
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..dtype import DType
+from ..kernel_cache import sha1
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
 from . import signature as sigs
@@ -204,7 +204,7 @@ class ElementwiseSpec:
         """Name + a digest of the traced bodies of every signature (what the kernels do);
         computed on first use (tracing every signature at import would slow the import)."""
         if self._key is None:
-            h = hashlib.sha1()
+            h = sha1()
             for s in self.signatures:
                 h.update(self.program(s).key.encode())
             object.__setattr__(self, "_key", f"{self.name}_{h.hexdigest()[:12]}")
@@ -301,7 +301,7 @@ class ElementwiseSpec:
                         for r, k in zip(results, written))
         text = fingerprint(results) + "|" + ",".join(
             f"{s.dtype.name}:{s.load}:{s.store}" for s in slots)
-        key = hashlib.sha1(text.encode()).hexdigest()[:16]
+        key = sha1(text.encode()).hexdigest()[:16]
         return Program(self.name, tuple(slots), results, tuple(param_types), key)
 
     # -- parameters --------------------------------------------------------------------------------

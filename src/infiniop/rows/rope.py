@@ -14,7 +14,6 @@ the tables).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +23,7 @@ from ..elementwise import signature as sigs
 from ..elementwise.expr import fingerprint, trace
 from ..elementwise.functional import _as_array, _descriptor, _is_torch
 from ..elementwise.plan import OverlapCheck
+from ..kernel_cache import sha1
 from ..layout import Layout, broadcast_strides, check_writable_layout, normalize, overlap, raw_view
 from ..memory import empty_aligned
 from ..status import InfiniError, Status
@@ -60,7 +60,7 @@ def program(sig) -> RopeProgram:
     if prog is None:
         cx, ct = sigs.COMPUTE[sig.dtypes[1]], sigs.COMPUTE[sig.dtypes[3]]
         results = trace(rotate, [cx, cx, ct, ct])
-        key = hashlib.sha1((fingerprint(results) + str(sig.dtypes)).encode()).hexdigest()[:12]
+        key = sha1((fingerprint(results) + str(sig.dtypes)).encode()).hexdigest()[:12]
         prog = _programs[sig] = RopeProgram(results, sig.dtypes, key)
     return prog
 

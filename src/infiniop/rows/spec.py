@@ -25,7 +25,6 @@ This module is data only: the callable operator (descriptor API, functional form
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from ..elementwise import signature as sigs
 from ..elementwise.expr import Expr, Math, fingerprint, is_float, topo, trace
 from ..elementwise.spec import Operand, Param, Slot, _typed_result
+from ..kernel_cache import sha1
 from ..status import InfiniError, Status
 
 LANES = 1024
@@ -340,7 +340,7 @@ def _trace(spec: RowSpec, sig: sigs.Signature, present: tuple[bool, ...]) -> Row
                      ",".join(f"{s.dtype.name}:{s.load}:{s.store}:{kd}"
                               for s, kd in zip(slot_list, kinds)), str(spec.causal),
                      str([len(st) for st in stages])])
-    key = hashlib.sha1(text.encode()).hexdigest()[:16]
+    key = sha1(text.encode()).hexdigest()[:16]
     return RowProgram(spec.name, slot_list, kinds, tuple(tuple(st) for st in stages),
                       tuple(outs), tuple(p.dtype for p in spec.params), nelem, spec.causal, key)
 

@@ -13,12 +13,12 @@ process's first call: milliseconds, not ~0.3 s).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 import threading
 
 from ... import kernel_cache
+from ...kernel_cache import sha1
 from . import native
 
 GENERATOR_VERSION = "1"
@@ -28,7 +28,7 @@ _modules: dict[str, object] = {}
 
 def module_name(stem: str, source: str) -> str:
     """``<stem>_<hash of the source>``: the file name says which source it holds."""
-    return f"{stem}_{hashlib.sha1((GENERATOR_VERSION + source).encode()).hexdigest()[:10]}"
+    return f"{stem}_{sha1((GENERATOR_VERSION + source).encode()).hexdigest()[:10]}"
 
 
 def load_module(stem: str, source: str):

@@ -2,7 +2,7 @@
 
 Every module that defines ``@njit`` functions imports this first. It:
 
-- picks the threading layer (``runtime.THREADING_LAYER``) and the thread count;
+- picks the threading layer (``runtime.chosen_layer()``) and the thread count;
 - points Numba's cache for infiniop's kernels (this package's ``@njit(cache=True)`` functions and
   the generated modules) at the versioned kernel cache, stamped with its fingerprint as well as
   the file's own hash, so a kernel that inlines a helper from another file (intrinsics,
@@ -26,7 +26,7 @@ from . import runtime
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 if not os.environ.get("NUMBA_THREADING_LAYER"):
-    numba.config.THREADING_LAYER = runtime.THREADING_LAYER
+    numba.config.THREADING_LAYER = runtime.chosen_layer()
 
 
 class KernelCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
@@ -35,7 +35,7 @@ class KernelCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLo
     def __init__(self, py_func, py_file, subdir):
         self._py_file = py_file
         self._lineno = py_func.__code__.co_firstlineno
-        self._cache_path = str(kernel_cache.kernel_dir("numba") / subdir)
+        self._cache_path = os.path.join(kernel_cache.kernel_dir("numba"), subdir)
 
     def get_cache_path(self):
         return self._cache_path

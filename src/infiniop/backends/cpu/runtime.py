@@ -14,6 +14,7 @@ path, so we preload it by absolute path.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 import sys
@@ -29,7 +30,10 @@ PARALLEL_THRESHOLD = int(os.environ.get("INFINIOP_PARALLEL_THRESHOLD", 1 << 18))
 NT_THRESHOLD_BYTES = int(os.environ.get("INFINIOP_NT_THRESHOLD_BYTES", 4 << 20))
 
 
-def _preload_tbb() -> bool:
+@functools.cache
+def have_tbb() -> bool:
+    """Whether TBB's library loads (preloaded by absolute path on first need: ~2 ms that a
+    process running only serial calls never pays)."""
     candidates = []
     for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, sys.exec_prefix]):
         candidates += sorted(glob.glob(os.path.join(prefix, "lib", "libtbb.so.12*")))
@@ -42,10 +46,13 @@ def _preload_tbb() -> bool:
     return False
 
 
-HAVE_TBB = _preload_tbb()
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # only matters if TBB is missing
-# The threading layer: Numba's name for it ("tbb", "omp", "workqueue", ...).
-THREADING_LAYER = os.environ.get("NUMBA_THREADING_LAYER") or ("tbb" if HAVE_TBB else "omp")
+
+
+def chosen_layer() -> str:
+    """The threading layer parallel kernels start (Numba's name: "tbb", "omp", "workqueue"...)."""
+    tbb = have_tbb()  # preloaded even when the environment names the layer
+    return os.environ.get("NUMBA_THREADING_LAYER") or ("tbb" if tbb else "omp")
 
 
 def _default_threads() -> int:
@@ -101,4 +108,4 @@ def threading_layer() -> str:
             return numba.threading_layer()
         except ValueError:  # no parallel kernel has run yet
             pass
-    return THREADING_LAYER
+    return chosen_layer()

@@ -23,7 +23,6 @@ compute in 64 bits like the CPU backend, and are stored truncated (wrap-around).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import struct
 import sys
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from ... import kernel_cache
 from ...dtype import DType
 from ...elementwise.expr import BINARY, Expr, topo
+from ...kernel_cache import sha1
 
 GENERATOR_VERSION = "1"
 
@@ -77,7 +77,7 @@ class KernelSource:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha1((GENERATOR_VERSION + self.source).encode()).hexdigest()[:12]
+        return sha1((GENERATOR_VERSION + self.source).encode()).hexdigest()[:12]
 
 
 # ------------------------------------------------------------------------ expression rendering
