@@ -14,8 +14,7 @@ with their sign.
 - ``exact`` rows (no math function: equal, ones/zeros, hardtanh, reciprocal, addcmul, the BLAS-1
   operators, swap/copy, dequant) are compared bit for bit.
 - the others within 1 ulp (float32, fp16, bf16) or 2 ulp (float64); 2/3 for the gating's
-  product of two functions. A known shortfall at extreme values (``extremes``: swiglu's) makes
-  ``test_values`` a strict expected failure and the layout tests draw moderate values.
+  product of two functions.
 - torch references as InfiniCore's scripts compute them, with InfiniCore's tolerances, on the
   values those scripts draw (``test_torch_reference``); the scripts' own tables are in
   tests/test_reference_catalogue.py.
@@ -239,7 +238,6 @@ class Entry:
     torch: object = None  # torch reference as InfiniCore's script computes it
     ic_tol: dict = field(default_factory=dict)  # InfiniCore's (atol, rtol) per dtype
     ic_values: object = None  # ic_values(rng, shape) -> float32 values InfiniCore draws
-    extremes: str = ""  # a known shortfall at extreme values: test_values expects it to fail
 
     @property
     def spec(self):
@@ -273,25 +271,6 @@ def _rotm_values(rng, dtype, shape, name):
     if name == "param":
         v[0] = rng.choice([-2.0, -1.0, 0.0, 1.0])
     return v
-
-
-def _moderate(rng, dtype, shape, name):
-    """draw(), with zeros, infinities, NaN and |x| outside [1e-3, 80] replaced by U(-8, 8):
-    swiglu's domain where mathlib is right (see SWIGLU_EXTREMES)."""
-    v = draw(rng, dtype, shape)
-    u = (rng.random(shape) * 16 - 8).astype(dtype.numpy)
-    with np.errstate(invalid="ignore"):
-        a = np.abs(v.astype(np.float64))
-        bad = ~((a <= 80) & (a >= 1e-3))
-    return np.where(bad, u, v)
-
-
-# mathlib's swiglu(a, b) = a * silu(b) in one rounding is wrong at extremes (found here): NaN for
-# a = +-inf (want +-inf), inf or a wrong tiny value for |a| >~ 1e25 with b < 0 (an intermediate
-# overflows), a * silu(-112) instead of ~0 for b < -112 (b is clamped), +0 for a = +-0 (want
-# the sign of a * b), 0 for subnormal results. The layout tests use _moderate values; test_values
-# expects the failure until it is fixed.
-SWIGLU_EXTREMES = "mathlib swiglu at extremes: a = inf, |a| > 1e25 with b < 0, b < -112, zeros"
 
 
 def _domain(lo, hi):
@@ -329,11 +308,10 @@ TABLE = [
           params={"beta": 2.0, "threshold": 15.0}, torch=F.softplus,
           ic_tol={F16: (1e-3, 1e-3), BF16: (1e-3, 1e-3), F32: (1e-7, 1e-7)},
           ic_values=_uniform(-1, 1)),
-    Entry("swiglu", lambda r, a, b: r.swiglu(a, b), values=_moderate, extremes=SWIGLU_EXTREMES,
+    Entry("swiglu", lambda r, a, b: r.swiglu(a, b),
           torch=lambda a, b: a * b / (1 + torch.exp(-b.float()).to(b.dtype)),
           ic_tol={F16: (1e-3, 1e-3), BF16: (5e-3, 1e-2), F32: (1e-5, 1e-5)}),
-    Entry("silu_and_mul", _silu_and_mul, full=("f32",), values=_moderate,
-          extremes=SWIGLU_EXTREMES,
+    Entry("silu_and_mul", _silu_and_mul, full=("f32",),
           shapes=lambda s: {"input": s[:-1] + (2 * s[-1],)},
           torch=lambda x: (lambda g, u: F.silu(g) * u)(*x.chunk(2, dim=-1)),
           ic_tol={**IC3, F32: (1e-6, 1e-6)}),
@@ -755,8 +733,7 @@ def _wide(rng, dtype, shape, name, base):
 def _values_cases():
     for e in TABLE:
         for sig in signatures(e):
-            marks = [pytest.mark.xfail(strict=True, reason=e.extremes)] if e.extremes else []
-            yield pytest.param(e, sig, id=f"{e.name}-{sig_id(sig)}", marks=marks)
+            yield pytest.param(e, sig, id=f"{e.name}-{sig_id(sig)}")
 
 
 @pytest.mark.parametrize("entry, sig", list(_values_cases()))
@@ -765,8 +742,7 @@ def test_values(handle, entry, sig):
     moderate values; the function's domain; every scale, the underflow of exp near -88 and
     -709 included) against the reference."""
     rng = np.random.default_rng(zlib.crc32(f"values-{entry.name}-{sig_id(sig)}".encode()))
-    base = entry.values if entry.values and not entry.extremes else (
-        lambda rng, dt, s, n: draw(rng, dt, s))
+    base = entry.values or (lambda rng, dt, s, n: draw(rng, dt, s))
     wide = Entry(**{**entry.__dict__, "values": lambda r, d, s, n: _wide(r, d, s, n, base)})
     bufs, _, _ = build(rng, wide, sig, Layout("contiguous", shape=VALUES_SHAPE))
     ins = [np.array(b) for o, b in zip(entry.spec.operands, bufs) if o.reads]

@@ -7,8 +7,8 @@ every backend renders the same operations and computes the same bits (NaN payloa
 
 Functions: exp, exp_nonpositive (softmax's: x <= 0, plain arithmetic), exp2, expm1, log, log2,
 log10, log1p, atanh, tanh, sigmoid, silu, erf, erfc, erfinv, and the activations built on them:
-gelu (erf form), gelu_tanh, quickgelu, softplus(x, beta, threshold), swiglu(a, b) = a * silu(b),
-hardswish, reciprocal.
+gelu (erf form), gelu_tanh, quickgelu, softplus(x, beta, threshold), swiglu(a, b) = a * silu(b)
+(for every pair: see :func:`swiglu`), hardswish, reciprocal.
 
 One algorithm per function, instantiated at trace time for ``x.dtype`` with that type's
 constants (:data:`_T`):
@@ -327,36 +327,86 @@ def sigmoid(m, x):
     return (m.fma(rh, _recip_err(m, rh, dh, dl), rh) * z2) * 2.0 ** -T.scale_split
 
 
-def _times_sigmoid(m, a, x, v, vl=None):
-    """a * x * sigmoid(v + vl) with one rounding, for v within [sig_lo, sig_hi], |x| below
-    ~2^(bias - s) and a * x at most ~1e30 when v < 0 (a = None: x * sigmoid)."""
+def _times_sigmoid(m, x, v, vl=None):
+    """x * sigmoid(v + vl) with one rounding, for v within [sig_lo, sig_hi] and |x| below
+    ~2^(bias - s)."""
     T = _consts(x)
     rh, dh, dl, z2 = _sigmoid_parts(m, v, vl)
-    if a is None:                                          # x sigmoid(v) / Z = x / (dh + dl):
-        q = x * rh                                         # the quotient and its remainder
-        y = m.fma(m.fma(-q, dl, m.fma(-q, dh, x)), rh, q)  # (rounded once below)
-        return (y * z2) * 2.0 ** -T.scale_split
-    ph, pl = _two_prod(m, x, rh)
-    y = m.fma(a, ph, a * m.fma(ph, _recip_err(m, rh, dh, dl), pl))
-    # for v >= 0, Z = 2^-n >= 1 is one exact factor (a * x * sigmoid may be huge)
-    pos = v >= 0.0
-    f = m.where(pos, z2 * 2.0 ** -T.scale_split, z2)
-    return (y * f) * m.where(pos, _c(m, 1.0, x), 2.0 ** -T.scale_split)
+    q = x * rh                                             # x sigmoid(v) / Z = x / (dh + dl):
+    y = m.fma(m.fma(-q, dl, m.fma(-q, dh, x)), rh, q)      # the quotient and its remainder
+    return (y * z2) * 2.0 ** -T.scale_split               # (rounded once here)
 
 
 def _silu(m, x):
     T = _consts(x)
     xc = _clamp(m, x, T.sig_lo, T.sig_hi)                  # silu(sig_lo) rounds to -0
-    return m.where(x > T.sig_hi, x, _times_sigmoid(m, None, xc, xc))
+    return m.where(x > T.sig_hi, x, _times_sigmoid(m, xc, xc))
 
 
 def swiglu(m, a, b):
-    """a * silu(b), rounded once (InfiniCore's SwiGLU: c = a * b / (1 + exp(-b)))."""
+    """a * silu(b) (InfiniCore's SwiGLU: c = a * b / (1 + exp(-b))), for every a and b: no
+    intermediate overflows or underflows early (a up to the largest float, b far below the
+    exp range when a is huge), a * silu(-inf) = a * -0, zeros keep the product's sign.
+
+    float32 and bfloat16 results: in float64 (to ~2^-38, rounded once at the end); fp16
+    results: in float32 (their inputs are at most 65504); float64: double-float steps with the
+    scale kept apart (:func:`_swiglu_f64`)."""
+    if b.dtype == "f64":
+        return _swiglu_f64(m, a, b)
+    if _half_result(m, b) and m.result_bits > 8:
+        return a * _silu_below(m, b, -40.0)               # 65504 * 40 e^-40 < 2^-25
+    ad, bd = m.cast(a, "f64"), m.cast(b, "f64")
+    return m.cast(ad * _silu_below(m, bd, -700.0), "f32")  # 2^128 * 700 e^-700 < 2^-860
+
+
+def _silu_below(m, b, lo):
+    """silu(b) in plain arithmetic (a few ulps: the float64 path's 2^-38 for float32 inputs);
+    below ``lo`` (where the callers' products of finite values round to zero) silu(lo), and -0
+    below -745, where float64's silu rounds to -0 (so inf * silu(b) is NaN there, as at -inf)."""
+    a, t = _exp_neg_scaled(m, _at_least(m, -m.abs(b), lo))
+    v = m.where(b > lo, b, m.where(b < -745.0, _c(m, -0.0, b), _c(m, lo, b)))
+    return m.where(b >= 0.0, b, v * t) / (t + 1.0)
+
+
+def _exp_neg_scaled(m, a):
+    """(a, exp(a)) for a in [lo, 0] with exp(lo) normal: one scaling."""
+    if a.dtype == "f64":
+        return a, _exp_f64_lowacc(m, a)
+    t, p = _expm1_plain(m, a)
+    return a, (p + 1.0) * _pow2(m, t, 0, a)
+
+
+def _swiglu_f64(m, a, b):
+    """float64 a * silu(b), rounded once where the result is normal (twice at most below).
+
+    silu(b) = Q 2^-n with exp(-b) = 2^n (s + sl) and Q = b / (s + sl + 2^-n) a double-float.
+    The exact factor 2^-n goes into Q up to 2^-900 (so Q keeps every bit: all of it for
+    b >= 0, where a * Q is the result), the rest scales the product: a huge a meets a tiny
+    silu(b) without overflowing, down to b = -1500 (beyond, every product rounds to zero)."""
     T = _consts(b)
-    bc = _clamp(m, b, T.sig_lo, T.sig_hi)
-    y = m.where(b > T.sig_hi, a * b, _times_sigmoid(m, a, bc, bc))
-    # tiny b: b sigmoid(b) may be subnormal before a scales it up; a b / 2 (1 + b/2) rounds once
-    return m.where(m.abs(b) < 2.0 ** -30, (a * 0.5) * b, y)
+    M = T.magic
+    bc = _clamp(m, b, -1500.0, T.sig_hi)
+    t, s, sl = _exp_core(m, -bc)                           # exp(-b) = 2^n (s + sl), t = M + n
+    z = _pow2(m, 2.0 * M - _at_most(m, t, M + 100.0), 0, b)   # 2^-min(n, 100): beyond, below
+    big = z > s                                            # s's last bit
+    dh, de = _fast_two_sum(m.where(big, z, s), m.where(big, s, z))
+    dl = de + sl
+    rh = 1.0 / dh
+    qh = bc * rh
+    ql = m.fma(-qh, dl, m.fma(-qh, dh, bc)) * rh            # Q = qh + ql
+    f = _pow2(m, 2.0 * M - _at_most(m, t, M + 900.0), 0, b)   # 2^-min(n, 900)
+    lo = a * (ql * f)
+    y = m.fma(a, qh * f, m.where(m.abs(a) <= T.big, lo, _c(m, 0.0, b)))  # a = inf: no inf - inf
+    e = _at_least(m, t - (M + 900.0), 0.0)                 # 2^-e after: e = n - 900 > 0
+    e1 = _at_most(m, e, 1000.0)
+    y = (y * _pow2(m, M - e1, 0, b)) * _pow2(m, M - (e - e1), 0, b)
+    y = m.where(b > T.sig_hi, a * b, y)
+    # silu(b) is taken as -0 below -745 (as float64's rounds: a = inf gives NaN, like inf * -0)
+    y = m.where(b < -745.0, m.where(m.abs(a) <= T.big, y, a * -0.0), y)
+    # tiny b: silu(b) = b/2 (1 + b/2 + ...) rounds as b/2 (it may be subnormal before a scales it)
+    y = m.where(m.abs(b) < 2.0 ** -59, (a * 0.5) * b, y)
+    far = m.where(b < -745.0, _c(m, -0.0, b), b)
+    return m.where(m.eq(a, 0.0), a * far, y)               # the product's sign (fma loses it)
 
 
 def _quickgelu(m, x):
@@ -366,7 +416,7 @@ def _quickgelu(m, x):
     lo, hi = T.quickgelu_range
     xc = _clamp(m, x, lo, hi)
     vh, ve = _two_prod(m, xc, _c(m, kh, x))
-    return m.where(x > hi, x, _times_sigmoid(m, None, xc, vh, m.fma(xc, kl, ve)))
+    return m.where(x > hi, x, _times_sigmoid(m, xc, vh, m.fma(xc, kl, ve)))
 
 
 def _gelu_tanh(m, x):
@@ -382,7 +432,7 @@ def _gelu_tanh(m, x):
     ah, ae = _two_sum(_c(m, c1h, x), wh)
     al = ae + (m.fma(xe, c2h, m.fma(xh, c2l, we)) + c1l)  # c1 + c2 x^2 = ah + al
     vh, ve = _two_prod(m, xc, ah)
-    y = _times_sigmoid(m, None, xc, vh, m.fma(xc, al, ve))
+    y = _times_sigmoid(m, xc, vh, m.fma(xc, al, ve))
     return m.where(x > hi, x, y)
 
 
