@@ -547,3 +547,43 @@ def test_wrong_layout_through_dlpack(sub34):
     assert untouched(out)
     sub34.calculate(None, _DLPackOnly(out), _DLPackOnly(a), _DLPackOnly(b))
     assert (out == 0.5).all()
+
+
+def _status_of(call):
+    with pytest.raises(InfiniError) as e:
+        call()
+    return e.value.status
+
+
+def test_last_layout_shortcut_keeps_every_check():
+    """The functional form reruns an operator's last NumPy layouts without building a cache key
+    (``functional._last_call``); a call that differs in anything (strides, dtype, a read-only
+    or partially overlapping out, another shape) is checked and refused exactly as in a fresh
+    process."""
+    from infiniop.elementwise import functional
+
+    a, b = ok_inputs()
+    out = np.empty(S, np.float32)
+    buf = _shared()
+    ro = np.empty(S, np.float32)
+    ro.setflags(write=False)
+    bad_calls = [lambda: infiniop.sub(a, b, out=ro),                       # read-only out
+                 lambda: infiniop.sub(buf[0:12].reshape(S), b, out=buf[1:13].reshape(S)),
+                 lambda: infiniop.sub(a, b, out=np.empty((4, 3), np.float32))]
+    functional.clear_cache()
+    fresh = [_status_of(c) for c in bad_calls]
+    for call in bad_calls:
+        functional.clear_cache()
+        infiniop.sub(a, b, out=out)                                          # remembered
+        assert functional._last_call.get(infiniop.sub) is not None
+        assert _status_of(call) == fresh[bad_calls.index(call)]
+    np.testing.assert_array_equal(out, a - b)
+    # same shapes, other strides / dtype: right values through the keyed path
+    infiniop.sub(a, b, out=out)
+    at = np.ascontiguousarray(a.T).T
+    np.testing.assert_array_equal(infiniop.sub(at, b, out=np.empty(S, np.float32)), a - b)
+    r = infiniop.sub(a.astype(np.float64), b.astype(np.float64))
+    assert r.dtype == np.float64 and np.array_equal(r, a.astype(np.float64) - b)
+    # without out=: a new array each call, of the remembered shape and dtype
+    first, second = infiniop.sub(a, b), infiniop.sub(a, b)
+    assert first is not second and np.array_equal(first, second) and first.dtype == np.float32

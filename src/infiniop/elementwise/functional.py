@@ -28,6 +28,12 @@ _cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out 
 _descriptors: OrderedDict = OrderedDict()  # operand layouts -> descriptor (every array kind)
 _cache_lock = threading.Lock()
 _handle = None
+# Per operator, its last NumPy call without parameters: (the descriptor's fast path, the first
+# input's shape, the output's shape and dtype). A call with the same layouts runs it without
+# building a cache key: the fast path checks the dtypes and ranks, its launcher the shapes,
+# strides and overlaps, and anything else falls through to the keyed lookup (~3.4 -> ~1.4 us
+# for a 4K sub with out=).
+_last_call: dict = {}
 
 
 def _cpu_handle():
@@ -86,6 +92,7 @@ def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
         _descriptors.clear()
+        _last_call.clear()
 
 
 def _classic(spec) -> bool:
@@ -97,6 +104,16 @@ def _classic(spec) -> bool:
 def call(spec, args, out=None, params=None):
     """Run ``spec`` on arrays/tensors/scalars. Scalars take the dtype the matching signature
     gives their position (the array operands decide it)."""
+    last = _last_call.get(spec)
+    if last is not None and not params and args:
+        fast, shape0, shape, npdt = last
+        if out is not None:
+            if fast((out, *args)) == 0:
+                return out
+        elif type(args[0]) is np.ndarray and args[0].shape == shape0:
+            o = empty_aligned(shape, npdt)
+            if fast((o, *args)) == 0:
+                return o
     # Fast path: NumPy arrays only, layouts seen before -> one dict lookup, no planning.
     key = _numpy_key(spec, args, out, params)
     if key is not None:
@@ -110,8 +127,15 @@ def call(spec, args, out=None, params=None):
             if out is None:
                 out = empty_aligned(shape, npdt)
             desc.calculate(None, out, *args)
+            _note_last(spec, desc, args, params, shape, npdt)
             return out
     return _call_general(spec, args, out, params or {}, key)
+
+
+def _note_last(spec, desc, args, params, shape, npdt) -> None:
+    fast = desc._fast
+    if fast is not None and not params and args and type(args[0]) is np.ndarray:
+        _last_call[spec] = (fast, args[0].shape, shape, npdt)
 
 
 def _numpy_key(spec, args, out, params):
@@ -226,6 +250,7 @@ def _call_general(spec, args, out, params, key):
     if key is not None and _classic(spec) and all(type(b) is np.ndarray for b in buffers):
         k0 = out_ops[0]
         _remember(key, (desc, buffers[k0].shape, buffers[k0].dtype))
+        _note_last(spec, desc, args, params, buffers[k0].shape, buffers[k0].dtype)
     results = [buffers[k] for k, o in enumerate(ops) if o.writes]
     return results[0] if len(results) == 1 else tuple(results)
 

@@ -15,7 +15,7 @@ from dataclasses import fields
 from ..dtype import DType
 from . import signature as sigs
 from .descriptor import ElementwiseDescriptor
-from .functional import call
+from .functional import _last_call, call
 from .spec import NUMERIC, REGISTRY, ElementwiseSpec, Operand, Param, parse_operands
 
 
@@ -28,6 +28,9 @@ class ElementwiseOperator(ElementwiseSpec):
 
     def __call__(self, *arrays, out=None, **params):
         """Functional form on arrays: broadcasts like NumPy, returns the input's array kind."""
+        last = _last_call.get(self)  # call()'s first step, inlined for out= (a frame less)
+        if last is not None and out is not None and not params and last[0]((out, *arrays)) == 0:
+            return out
         return call(self, arrays, out, params)
 
     def __reduce__(self):
