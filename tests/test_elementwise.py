@@ -772,7 +772,9 @@ def test_forced_tiled_staged_inputs(handle, monkeypatch):
     monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
     monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
     rng = np.random.default_rng(11)
-    for dtype, shape in [(F32, (130, 192)), (F32, (37, 1000)), (F16, (257, 256)), (I8, (70, 300))]:
+    # tiles are 256 x 128 (f32), 512 x 256 (f16), 512 x 512 (i8): whole and ragged bands
+    for dtype, shape in [(F32, (130, 192)), (F32, (37, 1000)), (F32, (300, 260)),
+                         (F16, (257, 256)), (F16, (530, 300)), (I8, (70, 300)), (I8, (520, 600))]:
         a, b = draw(rng, dtype, shape[::-1]).T, draw(rng, dtype, shape)
         out, raw, start = _offset_out(prod(shape), dtype, 0)
         out = out.reshape(shape)
