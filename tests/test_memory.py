@@ -222,3 +222,10 @@ def test_functional_lru_bound_is_enforced_and_documented():
     assert not any(key[2][0] == (1,) for key in keys)
     functional.clear_cache()
     assert len(functional._cache) == 0 and len(functional._descriptors) == 0
+
+
+@pytest.mark.parametrize("shape", [(-1,), (2, -3), (-1, -2), (0, -1)])
+def test_empty_aligned_refuses_negative_dimensions(shape):
+    """As np.empty does (a buffer-backed constructor would take -1 as "whatever fits")."""
+    with pytest.raises(ValueError, match="negative"):
+        infiniop.empty_aligned(shape, np.float32)

@@ -3,8 +3,6 @@ aligned, which costs vector and non-temporal stores their fast path)."""
 
 from __future__ import annotations
 
-from math import prod
-
 import numpy as np
 
 ALIGNMENT = 64
@@ -17,16 +15,21 @@ def empty_aligned(shape, dtype) -> np.ndarray:
     0
     """
     global _address
-    dt = np.dtype(dtype)
-    shape = tuple(shape) if not isinstance(shape, int) else (shape,)
-    nbytes = prod(shape) * dt.itemsize
+    dt = dtype if type(dtype) is np.dtype else np.dtype(dtype)
+    if type(shape) is not tuple:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = dt.itemsize
+    for extent in shape:
+        if extent < 0:  # (np.ndarray over a buffer would read -1 as "whatever fits")
+            raise ValueError(f"negative dimensions are not allowed: {shape}")
+        nbytes *= extent
     raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
     if _address is None:  # compiled: 5x cheaper than raw.ctypes.data
         from .backends.cpu.native import kernel
 
         _address = kernel("infiniop.backends.cpu.arrays", "address_of").specialize(raw)
-    off = -_address(raw) % ALIGNMENT
-    return raw[off:off + nbytes].view(dt).reshape(shape)
+    # one constructor call over the raw buffer (slice + view + reshape cost 0.5 us more)
+    return np.ndarray(shape, dt, raw, -_address(raw) % ALIGNMENT)
 
 
 _address = None
