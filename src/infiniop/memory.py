@@ -15,7 +15,7 @@ def empty_aligned(shape, dtype) -> np.ndarray:
     0
     """
     global _address
-    dt = dtype if type(dtype) is np.dtype else np.dtype(dtype)
+    dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
     if type(shape) is not tuple:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = dt.itemsize

@@ -31,7 +31,7 @@ _handle = None
 # Per operator, its last NumPy call without parameters: (the descriptor's fast path, the first
 # input's shape, the output's shape and dtype). A call with the same layouts runs it without
 # building a cache key: the fast path checks the dtypes and ranks, its launcher the shapes,
-# strides and overlaps, and anything else falls through to the keyed lookup (~3.4 -> ~1.4 us
+# strides and overlaps, and anything else falls through to the keyed lookup (~3.3 -> ~1.7 us
 # for a 4K sub with out=).
 _last_call: dict = {}
 

@@ -363,17 +363,17 @@ def _silu_below(m, b, lo):
     """silu(b) in plain arithmetic (a few ulps: the float64 path's 2^-38 for float32 inputs);
     below ``lo`` (where the callers' products of finite values round to zero) silu(lo), and -0
     below -745, where float64's silu rounds to -0 (so inf * silu(b) is NaN there, as at -inf)."""
-    a, t = _exp_neg_scaled(m, _at_least(m, -m.abs(b), lo))
+    t = _exp_neg_scaled(m, _at_least(m, -m.abs(b), lo))
     v = m.where(b > lo, b, m.where(b < -745.0, _c(m, -0.0, b), _c(m, lo, b)))
     return m.where(b >= 0.0, b, v * t) / (t + 1.0)
 
 
 def _exp_neg_scaled(m, a):
-    """(a, exp(a)) for a in [lo, 0] with exp(lo) normal: one scaling."""
+    """exp(a) in plain arithmetic for a in [lo, 0] with exp(lo) normal (one scaling)."""
     if a.dtype == "f64":
-        return a, _exp_f64_lowacc(m, a)
+        return _exp_f64_lowacc(m, a)
     t, p = _expm1_plain(m, a)
-    return a, (p + 1.0) * _pow2(m, t, 0, a)
+    return (p + 1.0) * _pow2(m, t, 0, a)
 
 
 def _swiglu_f64(m, a, b):
