@@ -372,7 +372,7 @@ def store_dir() -> str:
     if _store is None:
         key = "\0".join([_dist_version("numba"), _dist_version("llvmlite"), sys.version,
                          sys.implementation.cache_tag, _cpu_identity()])
-        _store = str(kernel_cache.kernel_dir("native-" + sha1(key.encode()).hexdigest()[:12]))
+        _store = kernel_cache.kernel_dir("native-" + sha1(key.encode()).hexdigest()[:12])
     return _store
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from ... import kernel_cache
 
-CACHE_DIR = str(kernel_cache.root())
+CACHE_DIR = kernel_cache.root()
 # Below this many elements a call runs serially: waking a pool costs more than it saves.
 PARALLEL_THRESHOLD = int(os.environ.get("INFINIOP_PARALLEL_THRESHOLD", 1 << 18))
 # Above this many output bytes stores bypass the cache (non-temporal): the output cannot stay

@@ -429,7 +429,7 @@ def transpose_source(word: str, batch: int, k_words: int) -> KernelSource:
 # ------------------------------------------------------------------------------------ loader
 
 def cache_dir() -> str:
-    return str(kernel_cache.kernel_dir("triton"))
+    return kernel_cache.kernel_dir("triton")
 
 
 _lock = threading.Lock()
