@@ -56,8 +56,10 @@ def _td(t):
     return TensorDescriptor.from_array(t)
 
 
-def elementwise_rows(n: int, side: int):
-    """(op, dtype, shape, layout, make) rows; make(dev, dtype) -> (ours, theirs, bytes)."""
+def elementwise_rows(side: int):
+    """(op, dtype, shape, layout, make) rows; make(dev, dtype, shape) -> (ours, theirs, bytes).
+    ``bytes`` counts what must move: each distinct input element read once, the output
+    written once (a broadcast operand's few bytes are left out)."""
     rows = []
     dts = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -66,15 +68,16 @@ def elementwise_rows(n: int, side: int):
             a = torch.randn(shape, device=dev).to(dt)
             b = torch.randn(shape, device=dev).to(dt)
             c = torch.empty(shape, device=dev, dtype=dt)
-            if layout == "broadcast":
-                b = torch.randn(shape[-1], device=dev).to(dt).expand(shape)
+            if layout == "broadcast":  # numpy-style: b is one row, broadcast over the rows
+                b = torch.randn(shape[-1], device=dev).to(dt)
             elif layout == "transposed":
                 a = torch.randn(shape[::-1], device=dev).to(dt).t()
             elif layout == "strided-out":
                 c = torch.empty((shape[0], 2 * shape[1]), device=dev, dtype=dt)[:, ::2]
-            d = getattr(infiniop, f"create_{op}_descriptor")(H, _td(c), _td(a), _td(b))
+            bb = b.expand(shape)
+            d = getattr(infiniop, f"create_{op}_descriptor")(H, _td(c), _td(a), _td(bb))
             nbytes = (c.numel() * 2 + (b.numel() if layout != "broadcast" else 0)) * c.element_size()
-            return (lambda: d.calculate(None, c, a, b)), (lambda: tfn(a, b, out=c)), nbytes
+            return (lambda: d.calculate(None, c, a, bb)), (lambda: tfn(a, b, out=c)), nbytes
         return make
 
     def clip(layout):
@@ -94,8 +97,7 @@ def elementwise_rows(n: int, side: int):
     shape = (side, side)
     for dt in dts:
         for layout in ("contiguous", "broadcast", "transposed", "strided-out"):
-            rows.append(("add", dt, shape, layout, binary("add", torch.add, layout)))
-        rows.append(("mul", dt, shape, "contiguous", binary("mul", torch.mul, "contiguous")))
+            rows.append(("sub", dt, shape, layout, binary("sub", torch.sub, layout)))
         rows.append(("clip", dt, shape, "contiguous", clip("contiguous")))
         rows.append(("clip", dt, shape, "broadcast", clip("broadcast")))
     return rows
@@ -117,9 +119,88 @@ def rearrange_rows(side: int, nchw):
 
     rows = []
     for dt in (torch.float32, torch.float16):
-        rows.append(("rearrange", dt, (side, side), "transpose", transpose))
+        for edge in sorted({side // 2, side}):  # 4096^2 and 8192^2 at full size
+            rows.append(("rearrange", dt, (edge, edge), "transpose", transpose))
         rows.append(("rearrange", dt, nchw, "nchw->nhwc", to_nhwc))
     return rows
+
+
+def per_call_rows(dev, n: int, calls: int, smoke: bool):
+    """Host time per call of a small sub (what a launch costs end to end), ours vs torch:
+    ``calls`` back-to-back calls, then one synchronize; the best of 5 such runs. Also two
+    lighter paths of ours: the compiled kernel launched directly (no Triton JIT dispatch) and
+    a CUDA graph of 100 calls replayed (per call)."""
+    a = torch.randn(n, device=dev)
+    b = torch.randn(n, device=dev)
+    c = torch.empty(n, device=dev)
+    d = infiniop.create_sub_descriptor(H, _td(c), _td(a), _td(b))
+    sync = (lambda: None) if smoke else torch.cuda.synchronize
+
+    def per_call(fn, k=calls):
+        fn()
+        sync()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(k):
+                fn()
+            sync()
+            best = min(best, (time.perf_counter() - t0) / k)
+        return best * 1e6
+
+    out = {"ours": per_call(lambda: d.calculate(None, c, a, b)),
+           "torch": per_call(lambda: torch.sub(a, b, out=c)),
+           "torch_functional": per_call(lambda: torch.sub(a, b)),
+           "ours_functional": per_call(lambda: infiniop.sub(a, b))}
+    if smoke:
+        return out
+    try:  # the compiled kernel, launched without the JIT's per-call binding
+        launch = d._kernel.launch
+        ptrs = launch._memory([c.data_ptr(), a.data_ptr(), b.data_ptr()])
+        args = (*ptrs, *launch.scalars)
+        ck = launch._kernel(*args, **launch._kw)
+        from triton import knobs
+
+        dev_idx = torch.cuda.current_device()
+        from triton.runtime import driver
+
+        st = driver.active.get_current_stream(dev_idx)
+        allargs = (*args, *launch.constexprs.values())
+        g = launch.grid
+
+        def direct():
+            ck.run(g[0], 1, 1, st, ck.function, ck.packed_metadata, None,
+                   knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *allargs)
+        direct()
+        sync()
+        want = a - b
+        c.zero_()
+        direct()
+        sync()
+        out["ours_direct_ok"] = bool(torch.equal(c, want))
+        out["ours_direct"] = per_call(direct)
+    except Exception as e:  # noqa: BLE001 - a probe: report what broke
+        out["ours_direct_error"] = repr(e)[:300]
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                d.calculate(None, c, a, b)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(100):
+                d.calculate(None, c, a, b)
+        out["ours_graph100_per_call"] = per_call(graph.replay, max(1, calls // 100)) / 100
+        tg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(tg):
+            for _ in range(100):
+                torch.sub(a, b, out=c)
+        out["torch_graph100_per_call"] = per_call(tg.replay, max(1, calls // 100)) / 100
+    except Exception as e:  # noqa: BLE001
+        out["graph_error"] = repr(e)[:300]
+    return out
 
 
 def main(argv=None) -> int:
@@ -153,8 +234,7 @@ def main(argv=None) -> int:
     print(hdr)
     print("-" * len(hdr))
     out = []
-    for op, dt, shape, layout, make in (elementwise_rows(side * side, side)
-                                        + rearrange_rows(side, nchw)):
+    for op, dt, shape, layout, make in elementwise_rows(side) + rearrange_rows(side, nchw):
         ours, theirs, nbytes = make(dev, dt, shape)
         t_ours, t_torch = bench(ours), bench(theirs)
         gbs = nbytes / (t_ours * 1e-3) / 1e9
@@ -165,10 +245,15 @@ def main(argv=None) -> int:
         print(f"{op:<10}{row['dtype']:<10}{str(tuple(shape)):<20}{layout:<13}"
               f"{row['ours_us']:>10.1f}{row['torch_us']:>10.1f}{row['ratio']:>11.2f}"
               f"{gbs:>9.1f}{row['pct_copy']:>7.0f}%")
+    small = per_call_rows(dev, 4096, 20 if smoke else 2000, smoke)
+    print("per call, sub of 4096 float32 (host us per call, calls queued back to back): "
+          + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                      for k, v in small.items()))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": name, "copy_gbps": ceiling, "smoke": smoke,
-                       "platform": platform.platform(), "rows": out}, f, indent=1)
+                       "platform": platform.platform(), "rows": out, "per_call_4k": small},
+                      f, indent=1)
     return 0
 
 

@@ -104,6 +104,9 @@ def assert_canary(buf: np.ndarray, covered: np.ndarray) -> None:
 def pytest_addoption(parser):
     parser.addoption("--long", action="store_true", default=False,
                      help="run the long soak and fuzz variants (same as INFINIOP_LONG=1)")
+    parser.addoption("--gpu", action="store_true", default=False,
+                     help="run the Triton suite on a real CUDA GPU instead of the interpreter, "
+                          "and the GPU-only tests (same as INFINIOP_GPU=1)")
 
 
 def pytest_configure(config):
@@ -112,4 +115,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "long: long soak/fuzz run; needs --long or INFINIOP_LONG=1")
     if config.getoption("--long"):
         os.environ["INFINIOP_LONG"] = "1"
+    if config.getoption("--gpu"):
+        os.environ["INFINIOP_GPU"] = "1"
 # ---- end of the robustness block ----------------------------------------------------------

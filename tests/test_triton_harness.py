@@ -146,7 +146,9 @@ class Runner:
     """Runs node ids of ``files`` in worker processes; ``outcome(nodeid)`` -> dict."""
 
     def __init__(self, files, *, keyword: str | None = None, device: str = "nvidia",
-                 route: bool = True, timeout: float = 300.0, rootdir: str = ROOT):
+                 route: bool = True, timeout: float = 300.0, rootdir: str = ROOT,
+                 gpu: bool = False):
+        self.gpu = gpu  # a real GPU, host buffers staged (INFINIOP_TRITON_STAGED), no interpreter
         self.files = list(files)
         self.keyword = keyword
         self.device = device
@@ -163,8 +165,10 @@ class Runner:
 
     # -- processes
     def _env(self, results: str, **extra) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("INFINIOP_TRITON_")}
-        env.update(TRITON_INTERPRET="1", INFINIOP_TRITON_WORKER="1",
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("INFINIOP_TRITON_") and k != "TRITON_INTERPRET"}
+        env.update({"INFINIOP_TRITON_STAGED": "1"} if self.gpu else {"TRITON_INTERPRET": "1"})
+        env.update(INFINIOP_TRITON_WORKER="1",
                    INFINIOP_TRITON_RESULTS=results, INFINIOP_TRITON_DEVICE=self.device,
                    INFINIOP_TRITON_ROUTE="1" if self.route else "0",
                    PYTHONPATH=os.pathsep.join([TESTS] + [p for p in [env.get("PYTHONPATH")] if p]))
@@ -272,21 +276,55 @@ class Runner:
                        else f"exit status {code}")
                 what = "crashed while running it" if started else "ended without running it"
                 return {"done": nodeid, "outcome": "crashed",
-                        "text": f"the interpreter worker {what} ({why}); worker output:\n"
+                        "text": f"the {'GPU' if self.gpu else 'interpreter'} worker {what} "
+                                f"({why}); worker output:\n"
                                 f"{self._tail()}"}
             # the worker died in another case (not ours): record that one, go on with ours
             self.done[crashed] = {"done": crashed, "outcome": "crashed",
                                   "text": f"worker died ({code}):\n{self._tail()}"}
 
 
-def check(outcome: dict) -> None:
+class ShardedRunner:
+    """``shards`` Runners over consecutive slices of the node ids, their workers running side by
+    side (on a GPU, compiling kernels is the slow part and it uses one core per process)."""
+
+    def __init__(self, files, *, shards: int, **kw):
+        self.one = Runner(files, **kw)
+        self.shards = max(1, shards)
+        self.runners: list[Runner] = []
+        self.shard_of: dict[str, int] = {}
+
+    def collect(self) -> list[str]:
+        return self.one.collect()
+
+    def outcome(self, nodeid: str, upcoming: list[str]) -> dict:
+        if nodeid not in self.shard_of:  # first call (or ids never seen): deal out what is left
+            self.close()
+            n = len(upcoming)
+            k = min(self.shards, max(1, n))
+            self.runners = [Runner(self.one.files, keyword=self.one.keyword,
+                                   device=self.one.device, route=self.one.route,
+                                   timeout=self.one.timeout, rootdir=self.one.rootdir,
+                                   gpu=self.one.gpu) for _ in range(k)]
+            self.shard_of = {u: i * k // n for i, u in enumerate(upcoming)}
+            for j, r in enumerate(self.runners):
+                r._start([u for u in upcoming if self.shard_of[u] == j])
+        j = self.shard_of[nodeid]
+        return self.runners[j].outcome(nodeid, [u for u in upcoming if self.shard_of.get(u) == j])
+
+    def close(self) -> None:
+        for r in self.runners:
+            r.close()
+
+
+def check(outcome: dict, where: str = "under the Triton interpreter") -> None:
     """Turn a worker outcome into this test's outcome."""
     kind = outcome["outcome"]
     if kind == "passed":
         return
     if kind == "skipped":
         pytest.skip(outcome["text"])
-    pytest.fail(f"{kind} under the Triton interpreter: {outcome['text']}", pytrace=False)
+    pytest.fail(f"{kind} {where}: {outcome['text']}", pytrace=False)
 
 
 def upcoming_ids(request, argname: str) -> list[str]:

@@ -45,6 +45,33 @@ def _cpu_handle():
     return _handle
 
 
+_gpu_handles: dict = {}  # torch device (type, index) -> its Triton handle
+
+
+def _handle_for(device):
+    """The CPU handle for host buffers; for torch tensors on a GPU, that GPU's Triton handle
+    (``cuda:1`` tensors run on ``create_handle("nvidia", 1)``)."""
+    if device is None:
+        return _cpu_handle()
+    h = _gpu_handles.get(device)
+    if h is None:
+        from ..handle import create_handle
+
+        kind, index = device
+        if kind != "cuda":
+            raise InfiniError(Status.BAD_PARAM, f"tensors on {kind} have no infiniop device")
+        h = _gpu_handles[device] = create_handle("nvidia", index)
+    return h
+
+
+def _gpu_device(buffers):
+    """(type, index) of the first torch tensor that is not on the CPU, else None."""
+    for b in buffers:
+        if b is not None and _is_torch(b) and b.device.type != "cpu":
+            return b.device.type, b.device.index or 0
+    return None
+
+
 def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
 
@@ -68,9 +95,10 @@ def _params_key(params: dict) -> tuple:
     return tuple(sorted((k, type(v).__name__, repr(v)) for k, v in params.items()))
 
 
-def _descriptor(spec, buffers, params: dict):
-    """Create (or reuse) the descriptor for these operands' layouts and parameters."""
-    key = (spec, _params_key(params)) + tuple(_layout(a) for a in buffers)
+def _descriptor(spec, buffers, params: dict, device=None):
+    """Create (or reuse) the descriptor for these operands' layouts and parameters, on the
+    handle of ``device`` (None: the CPU)."""
+    key = (spec, _params_key(params), device) + tuple(_layout(a) for a in buffers)
     hit = _descriptors.get(key)
     if hit is not None:
         try:
@@ -79,8 +107,8 @@ def _descriptor(spec, buffers, params: dict):
             pass
         return hit
     descs = [None if lay is None else TensorDescriptor(as_dtype(lay[0]), lay[1], lay[2])
-             for lay in key[2:]]
-    d = spec.create_descriptor(_cpu_handle(), *descs, **params)
+             for lay in key[3:]]
+    d = spec.create_descriptor(_handle_for(device), *descs, **params)
     with _cache_lock:
         _descriptors[key] = d
         while len(_descriptors) > CACHE_SIZE:
@@ -232,6 +260,11 @@ def _call_general(spec, args, out, params, key):
                 raise InfiniError(Status.BAD_PARAM, f"operand '{ops[k].name}' is updated in "
                                   "place: it must be an array, not a scalar")
             buffers[k] = _scalar_array(spec, ops[k].name, a, _pick(spec, cands, k), use_torch)
+    device = _gpu_device(buffers) if use_torch else None
+    if device is not None:  # scalars were made on the host: the kernel reads them there
+        for k, a in zip(arg_ops, args):
+            if a is not None and _is_scalar(a):
+                buffers[k] = buffers[k].to(f"{device[0]}:{device[1]}")
     fresh = [k for k in out_ops if buffers[k] is None]
     if fresh:
         shape = _result_shape(spec, buffers)
@@ -242,10 +275,11 @@ def _call_general(spec, args, out, params, key):
 
                 from ..dtype import to_torch
 
-                buffers[k] = torch.empty(shape, dtype=to_torch(dt))
+                dev = "cpu" if device is None else f"{device[0]}:{device[1]}"
+                buffers[k] = torch.empty(shape, dtype=to_torch(dt), device=dev)
             else:
                 buffers[k] = empty_aligned(shape, dt.numpy)
-    desc = _descriptor(spec, buffers, params)
+    desc = _descriptor(spec, buffers, params, device)
     desc.calculate(None, *buffers)
     if key is not None and _classic(spec) and all(type(b) is np.ndarray for b in buffers):
         k0 = out_ops[0]

@@ -14,7 +14,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..dtype import as_dtype
-from ..elementwise.functional import CACHE_SIZE, _as_array, _descriptor, _is_torch
+from ..elementwise.functional import CACHE_SIZE, _as_array, _descriptor, _gpu_device, _is_torch
 from ..layout import broadcast_shape
 from ..memory import empty_aligned
 from ..status import InfiniError, Status
@@ -104,6 +104,8 @@ def _call_general(spec, args, out, params, key):
         if isinstance(axis, int) and not isinstance(axis, bool) and -len(shape) <= axis < len(shape):
             a = axis % len(shape)
             stat_shape = shape[:a] + shape[a + 1:]
+    device = _gpu_device(buffers) if use_torch else None
+    dev = "cpu" if device is None else f"{device[0]}:{device[1]}"
     for k, o in enumerate(ops):
         if buffers[k] is None and o.writes:
             dt = sig.dtypes[k]
@@ -113,10 +115,10 @@ def _call_general(spec, args, out, params, key):
 
                 from ..dtype import to_torch
 
-                buffers[k] = torch.empty(s, dtype=to_torch(dt))
+                buffers[k] = torch.empty(s, dtype=to_torch(dt), device=dev)
             else:
                 buffers[k] = empty_aligned(s, dt.numpy)
-    desc = _descriptor(spec, buffers, params)
+    desc = _descriptor(spec, buffers, params, device)
     desc.calculate(None, *buffers)
     results = [b for o, b in zip(ops, buffers) if o.writes]
     if key is not None and all(type(b) is np.ndarray for b in buffers if b is not None):

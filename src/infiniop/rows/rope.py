@@ -21,7 +21,7 @@ import numpy as np
 from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..elementwise import signature as sigs
 from ..elementwise.expr import fingerprint, trace
-from ..elementwise.functional import _as_array, _descriptor, _is_torch
+from ..elementwise.functional import _as_array, _descriptor, _gpu_device, _is_torch
 from ..elementwise.plan import OverlapCheck
 from ..kernel_cache import sha1
 from ..layout import Layout, broadcast_strides, check_writable_layout, normalize, overlap, raw_view
@@ -268,10 +268,10 @@ def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
         if _is_torch(x0):
             import torch
 
-            out = torch.empty(tuple(x0.shape), dtype=x0.dtype)
+            out = torch.empty(tuple(x0.shape), dtype=x0.dtype, device=x0.device)
         else:
             out = empty_aligned(x0.shape, x0.dtype)
     bufs = [out] + arrays
-    d = _descriptor(_RopeOp, bufs, {"algo": algo})
+    d = _descriptor(_RopeOp, bufs, {"algo": algo}, _gpu_device(bufs))
     d.calculate(None, *bufs)
     return out

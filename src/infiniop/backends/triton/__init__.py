@@ -9,6 +9,10 @@ tensors, DLPack, ``__cuda_array_interface__``, raw addresses). With ``TRITON_INT
 before this module is imported, the devices run the same kernels in Triton's interpreter on CPU
 memory (NumPy arrays, CPU torch tensors): slow (~1-7 M elements/s), for tests.
 
+With ``INFINIOP_TRITON_STAGED=1`` (a test mode, see memory.py) the kernels run on the GPU but
+take host memory, staged through device copies around each launch: how the CPU backend's test
+suite runs on a real GPU (``python -m pytest tests/test_triton_suite.py --gpu``).
+
 Importing this module needs neither triton nor torch; ``check_device`` says what is missing.
 """
 
@@ -23,7 +27,8 @@ from .vendors import VENDORS, config_for
 
 NAME = "triton"
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-MEMORY_KIND = "cpu" if INTERPRET else "cuda"
+STAGED = os.environ.get("INFINIOP_TRITON_STAGED", "0") == "1"  # host memory, GPU kernels
+MEMORY_KIND = "cpu" if INTERPRET or STAGED else "cuda"
 
 _last = (Device.NVIDIA, 0)  # the device of the latest handle, for hooks that get no handle
 

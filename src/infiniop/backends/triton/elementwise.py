@@ -15,7 +15,7 @@ import numpy as np
 from ...dtype import DType
 from ...status import InfiniError, Status
 from . import codegen
-from .memory import Operand, adapter, stream_context
+from .memory import Operand, StagedMemory, adapter, stream_context
 from .vendors import LaunchConfig, next_pow2
 
 # The interpreter keeps the launch grid in global state: launches from threads must not overlap.
@@ -56,10 +56,22 @@ class Launch:
         self.num_warps = num_warps
         self._kernel = codegen.load(ks)[self.grid]
         self._kw = dict(self.constexprs, num_warps=num_warps, enable_fp_fusion=False)
-        self._memory = adapter(operands, interpret)
+        self._memory = adapter(operands, interpret, device_id)
         self._interpret = interpret
         self._device_id = device_id
         self._extra = tuple(extra)  # pointer arguments owned by the kernel (e.g. offset tables)
+        if isinstance(self._memory, StagedMemory):
+            self.launch = self._launch_staged
+
+    def _launch_staged(self, addresses, stream=None) -> None:
+        ptrs, finish = self._memory.stage(addresses)
+        if self._interpret:
+            with _INTERPRETER_LOCK, np.errstate(all="ignore"):
+                self._kernel(*ptrs, *self._extra, *self.scalars, **self._kw)
+        else:
+            with stream_context(stream, self._device_id, False):
+                self._kernel(*ptrs, *self._extra, *self.scalars, **self._kw)
+        finish()
 
     def launch(self, addresses, stream=None) -> None:
         ptrs = self._memory(addresses)

@@ -9,13 +9,23 @@
   the iteration origin. Nothing goes through DLPack, so negative strides are safe (DLPack of a
   negative-stride NumPy view aborts torch). Operands whose ranges start at the same address
   share one storage (the interpreter keys storages by address).
+- With ``INFINIOP_TRITON_STAGED=1`` on a real GPU, :class:`StagedMemory` runs the kernels on
+  *host* buffers: the bytes each launch may touch are copied to the device, the kernel runs
+  there, and the bytes come back. It exists so that the CPU backend's whole test suite (NumPy
+  buffers, canary-filled gaps, raw host addresses) runs unchanged on a GPU; every staged range
+  is fenced by guard bytes that must survive the launch (a write outside an operand's reach
+  fails the call). Slow by design: a test mode, never a user's path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 from dataclasses import dataclass
+
+STAGED = os.environ.get("INFINIOP_TRITON_STAGED", "0") == "1"
+STAGED_PAD = int(os.environ.get("INFINIOP_TRITON_STAGED_PAD", "4096"))  # guard bytes per side
 
 _TORCH_NAMES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "i8": "int8",
                 "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
@@ -83,7 +93,65 @@ class HostMemory:
         return out
 
 
-def adapter(operands: list[Operand], interpret: bool):
+GUARD = 0x5A  # the byte value of the fences around a staged range
+
+
+class StagedMemory:
+    """Host buffers on a GPU (see the module docstring): ``stage(addresses)`` copies in and
+    returns the device pointers and a ``finish()`` that copies back and checks the fences."""
+
+    def __init__(self, operands: list[Operand], device_id, pad: int, interpret: bool):
+        self._ops = [(op, torch_dtype(op.ty)) for op in operands]
+        # under the interpreter the "device" copy is a second host buffer: the staging logic
+        # is tested without a GPU
+        self._device = "cpu" if interpret else f"cuda:{device_id or 0}"
+        self._pad = pad
+
+    def stage(self, addresses):
+        import torch
+
+        spans = sorted((a + op.lo, a + op.hi) for a, (op, _) in zip(addresses, self._ops))
+        merged: list[list[int]] = []
+        for s, e in spans:  # operands that share bytes (in-place, overlapping views) share a copy
+            if merged and s < merged[-1][1] or merged and s == merged[-1][0]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        sync = torch.cuda.synchronize if self._device != "cpu" else lambda _: None
+        sync(self._device)
+        pad, staged = self._pad, []
+        for s, e in merged:
+            n = e - s
+            dev = torch.full((n + 2 * pad,), GUARD, dtype=torch.uint8, device=self._device)
+            host = (torch.frombuffer((ctypes.c_char * n).from_address(s), dtype=torch.uint8)
+                    if n else None)
+            if n:
+                dev[pad:pad + n].copy_(host)
+            staged.append((s, e, dev, host))
+        ptrs = []
+        for a, (op, dt) in zip(addresses, self._ops):
+            s, _, dev, _ = next(x for x in staged if x[0] <= a + op.lo and a + op.hi <= x[1])
+            if self._device == "cpu":  # the interpreter wants a tensor covering the reach
+                t = dev[pad + a + op.lo - s: pad + a + op.hi - s].view(dt)
+                ptrs.append(t[(op.origin - op.lo) // op.itemsize:])
+            else:
+                ptrs.append(DevicePointer(dev.data_ptr() + pad + (a + op.origin - s), dt))
+
+        def finish():
+            sync(self._device)
+            for s, e, dev, host in staged:
+                back = dev.cpu()
+                if pad and bool((torch.cat([back[:pad], back[pad + e - s:]]) != GUARD).any()):
+                    raise RuntimeError(f"a kernel wrote outside its operands' reach (the guard "
+                                       f"bytes around host range {s:#x}..{e:#x} changed)")
+                if host is not None and not torch.equal(back[pad:pad + e - s], host):
+                    host.copy_(back[pad:pad + e - s])  # only what changed: inputs stay untouched
+        return ptrs, finish
+
+
+def adapter(operands: list[Operand], interpret: bool, device_id=None):
+    if STAGED:
+        return StagedMemory(operands, device_id, STAGED_PAD, interpret)
     return HostMemory(operands) if interpret else DeviceMemory(operands)
 
 

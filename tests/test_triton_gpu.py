@@ -1,0 +1,199 @@
+"""The Triton backend on a real CUDA GPU: device memory, raw device addresses, streams, and the
+same bits as the CPU backend.
+
+Skipped without a CUDA GPU (``torch.cuda.is_available()``) and under the interpreter. The rest
+of the GPU coverage is the whole CPU suite run on the device:
+``python -m pytest tests/test_triton_suite.py tests/test_triton_gpu.py --gpu``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
+    pytest.skip("triton/torch not installed", allow_module_level=True)
+import torch  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU (and no TRITON_INTERPRET)", allow_module_level=True)
+if os.environ.get("INFINIOP_TRITON_STAGED") == "1":
+    pytest.skip("staged mode: the GPU handle takes host memory here", allow_module_level=True)
+
+from conftest import assert_exact, raises, to_numpy  # noqa: E402
+
+import infiniop  # noqa: E402
+from infiniop import Status, TensorDescriptor  # noqa: E402
+from infiniop.rearrange import create_rearrange_descriptor  # noqa: E402
+
+CPU = infiniop.create_handle("cpu")
+GPU = infiniop.create_handle("nvidia")
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+          "f64": torch.float64, "i32": torch.int32}
+
+
+def _values(shape, dt, seed):
+    """Random values with the awkward ones mixed in: NaN, +-inf, -0.0, subnormals, extremes."""
+    g = torch.Generator().manual_seed(seed)
+    if not dt.is_floating_point:
+        return torch.randint(-1000, 1000, shape, generator=g, dtype=dt)
+    x = (torch.randn(shape, generator=g, dtype=torch.float64) * 4).to(dt)
+    flat = x.view(-1)
+    info = torch.finfo(dt)
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0,
+                             info.tiny / 4, -info.tiny / 2, info.max, -info.max], dtype=dt)
+    idx = torch.randint(0, flat.numel(), (min(flat.numel(), 64),), generator=g)
+    flat[idx] = specials[torch.arange(idx.numel()) % specials.numel()]
+    return x
+
+
+def _td(t):
+    return TensorDescriptor.from_array(t)
+
+
+def _run(handle, op, out, *ins):
+    d = getattr(infiniop, f"create_{op}_descriptor")(handle, _td(out), *[_td(x) for x in ins])
+    d.calculate(None, out, *ins)
+
+
+LAYOUTS = ["contiguous", "broadcast", "transposed", "inplace"]
+BINARY = ["sub", "add", "mul", "div", "minimum", "maximum"]
+
+
+def _operands(layout, dt, shape=(67, 300)):
+    a, b = _values(shape, dt, 1), _values(shape, dt, 2)
+    if layout == "broadcast":
+        b = _values(shape[-1:], dt, 2).expand(shape)
+    elif layout == "transposed":
+        a = _values(shape[::-1], dt, 1).t()
+    return a, b
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", BINARY)
+def test_binary_on_cuda_tensors_has_the_cpu_bits(op, dtype, layout):
+    if op == "div" and dtype == "i32":
+        pytest.skip("div takes floats only")
+    dt = DTYPES[dtype]
+    a, b = _operands(layout, dt)
+    want = torch.empty(a.shape, dtype=dt)
+    _run(CPU, op, want, a, b)
+    ga, gb = a.cuda(), b.cuda()
+    if layout == "transposed":
+        ga = a.t().contiguous().cuda().t()  # keep the device copy transposed too
+    if layout == "inplace":
+        _run(GPU, op, ga, ga, gb)
+        got = ga
+    else:
+        got = torch.empty(a.shape, dtype=dt, device="cuda")
+        _run(GPU, op, got, ga, gb)
+    assert_exact(to_numpy(got.cpu()), to_numpy(want))
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_clip_and_where_have_the_cpu_bits(dtype):
+    dt = DTYPES[dtype]
+    x = _values((129, 257), dt, 3)
+    lo, hi = _values((257,), dt, 4).expand(129, 257), _values((129, 1), dt, 5).expand(129, 257)
+    want = torch.empty_like(x)
+    _run(CPU, "clip", want, x, lo, hi)
+    got = torch.empty_like(x, device="cuda")
+    _run(GPU, "clip", got, x.cuda(), lo.cuda(), hi.cuda())
+    assert_exact(to_numpy(got.cpu()), to_numpy(want))
+    cond = _values((129, 257), torch.float32, 6) > 0
+    _run(CPU, "where", want, cond, x, lo)
+    _run(GPU, "where", got, cond.cuda(), x.cuda(), lo.cuda())
+    assert_exact(to_numpy(got.cpu()), to_numpy(want))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i32", "f64"])
+@pytest.mark.parametrize("case", ["transpose", "nchw_to_nhwc", "strided_slice"])
+def test_rearrange_on_cuda_tensors_has_the_cpu_bits(case, dtype):
+    dt = DTYPES[dtype]
+    if case == "transpose":
+        src = _values((300, 517), dt, 7)
+        make_dst = lambda dev: torch.empty((517, 300), dtype=dt, device=dev).t()  # noqa: E731
+    elif case == "nchw_to_nhwc":
+        src = _values((2, 19, 13, 11), dt, 8)
+        make_dst = lambda dev: torch.empty((2, 13, 11, 19), dtype=dt,  # noqa: E731
+                                           device=dev).permute(0, 3, 1, 2)
+    else:
+        src = _values((64, 90), dt, 9)[::3, 1::2]
+        make_dst = lambda dev: torch.empty((22, 90), dtype=dt, device=dev)[:, ::2]  # noqa: E731
+    want = make_dst("cpu")
+    create_rearrange_descriptor(CPU, _td(want), _td(src)).calculate(want, src)
+    gsrc = src.cuda() if case != "strided_slice" else _values((64, 90), dt, 9).cuda()[::3, 1::2]
+    got = make_dst("cuda")
+    create_rearrange_descriptor(GPU, _td(got), _td(gsrc)).calculate(got, gsrc)
+    assert_exact(to_numpy(got.cpu()), to_numpy(want))
+
+
+def test_raw_cuda_addresses():
+    """What a C caller passes: data_ptr() integers, descriptors made from shapes and strides."""
+    a, b = _values((1000, 33), torch.float32, 10), _values((1000, 33), torch.float32, 11)
+    want = a - b
+    ga, gb = a.cuda(), b.cuda()
+    full = torch.full((1000, 66), 7.0, device="cuda")
+    out = full[:, ::2]  # a strided output: the gaps must stay 7
+    desc = lambda t: infiniop.create_tensor_descriptor(t.shape, t.stride(), "float32")  # noqa: E731
+    d = infiniop.create_sub_descriptor(GPU, desc(out), desc(ga), desc(gb))
+    d.calculate(None, out.data_ptr(), ga.data_ptr(), gb.data_ptr())
+    assert_exact(to_numpy(out.cpu().contiguous()), to_numpy(want))
+    assert bool((full.cpu()[:, 1::2] == 7.0).all())
+
+
+def test_host_buffers_are_refused_on_the_gpu():
+    a = np.ones(16, np.float32)
+    d = infiniop.create_sub_descriptor(GPU, _td(a), _td(a), _td(a))
+    raises(Status.BAD_PARAM, d.calculate, None, a, a, a, match="lives on cpu")
+    g = torch.ones(16, device="cuda")
+    raises(Status.BAD_PARAM, d.calculate, None, g, g, a, match="lives on cpu")
+
+
+@pytest.mark.parametrize("how", ["torch_stream", "raw_handle"])
+def test_work_on_a_stream_is_ordered_with_torch_work_on_it(how):
+    """torch fills ``a`` on stream s after a long sleep; our sub on s must see the filled ``a``,
+    and torch work queued on s after it must see our output. On the default stream (the bug
+    this catches) the sub would read ``a`` before the fill."""
+    n = 1 << 22
+    a = torch.zeros(n, device="cuda")
+    b = torch.ones(n, device="cuda")
+    out = torch.empty(n, device="cuda")
+    after = torch.empty(n, device="cuda")
+    d = infiniop.create_sub_descriptor(GPU, _td(out), _td(a), _td(b))
+    d.calculate(None, out, a, b)  # compile and warm up outside the timed part
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time
+        a.fill_(5.0)
+    d.calculate(None, out, a, b, stream=s if how == "torch_stream" else s.cuda_stream)
+    with torch.cuda.stream(s):
+        torch.mul(out, 2.0, out=after)
+    s.synchronize()
+    assert bool((out == 4.0).all()), "our kernel did not run after torch's fill on the stream"
+    assert bool((after == 8.0).all())
+
+
+def test_functional_front_end_on_cuda_tensors():
+    x = _values((5, 7, 9), torch.float16, 12)
+    y = _values((9,), torch.float16, 13)
+    got = infiniop.sub(x.cuda(), y.cuda())
+    assert isinstance(got, torch.Tensor) and got.is_cuda
+    want = infiniop.sub(x, y)
+    assert_exact(to_numpy(got.cpu()), to_numpy(want))
+
+
+def test_bf16_arrays_round_trip():
+    """bf16 through ml_dtypes on the host and torch on the device give the same bits."""
+    x = _values((333,), torch.bfloat16, 14)
+    y = _values((333,), torch.bfloat16, 15)
+    want = infiniop.mul(to_numpy(x), to_numpy(y))
+    assert want.dtype == ml_dtypes.bfloat16
+    got = infiniop.mul(x.cuda(), y.cuda())
+    assert_exact(to_numpy(got.cpu()), want)
