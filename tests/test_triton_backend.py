@@ -10,7 +10,7 @@ import re
 import pytest
 
 import infiniop
-from infiniop import Device, InfiniError, Status
+from infiniop import Device, InfiniError, Status, TensorDescriptor
 from infiniop.backends import triton as tb
 from infiniop.backends.triton import codegen, vendors
 
@@ -130,6 +130,37 @@ def test_gpu_benchmark_script_runs(tmp_path):
                        env=dict(env, TRITON_INTERPRET="1"), capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    rows = json.loads(out.read_text())["rows"]
-    assert {r["op"] for r in rows} == {"add", "mul", "clip", "rearrange"}
+    got = json.loads(out.read_text())
+    rows = got["rows"]
+    assert {r["op"] for r in rows} == {"sub", "clip", "rearrange"}
+    assert got["per_call_4k"]["ours"] > 0 and got["per_call_4k"]["torch"] > 0
     assert all(r["ours_us"] > 0 and r["torch_us"] > 0 for r in rows)
+
+
+def test_device_fast_path_takes_only_what_the_descriptor_describes():
+    """The GPU descriptors' per-call check (elementwise/descriptor.py), exercised on CPU tensors
+    (whose get_device() is -1): exact layouts launch with the addresses; anything else (another
+    layout, dtype or device, an overlap, a raw address) is left to the general path."""
+    import torch
+
+    from infiniop.elementwise.descriptor import _device_fast_path
+
+    h = infiniop.create_handle("cpu")
+    a, b = torch.randn(4, 6), torch.randn(6, 4).t()
+    c = torch.empty(4, 6)
+    d = infiniop.create_sub_descriptor(h, *(TensorDescriptor.from_array(t) for t in (c, a, b)))
+    calls = []
+    fast = _device_fast_path(lambda addrs, stream: calls.append((addrs, stream)), d.info,
+                             d.spec.operands, -1)
+    assert fast((c, a, b), "s")
+    assert calls == [([c.data_ptr(), a.data_ptr(), b.data_ptr()], "s")]
+    assert not fast((c, a, b.contiguous()), None)          # other strides
+    assert not fast((c, a.double(), b), None)              # other dtype
+    assert not fast((c, c, b), None)                       # in place: the exact check decides
+    big = torch.empty(48)
+    assert not fast((big[:24].view(4, 6), big[12:36].view(4, 6), b), None)  # partial overlap
+    assert not fast((c.data_ptr(), a, b), None)            # raw address
+    assert not fast((c, a), None)                          # too few
+    gd = _device_fast_path(lambda *x: None, d.info, d.spec.operands, 0)
+    assert not gd((c, a, b), None)                         # not on that device
+    assert len(calls) == 1

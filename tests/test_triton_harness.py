@@ -322,6 +322,10 @@ def check(outcome: dict, where: str = "under the Triton interpreter") -> None:
     kind = outcome["outcome"]
     if kind == "passed":
         return
+    log = os.environ.get("INFINIOP_TRITON_FAILURES")  # each failure as it comes (a run cut
+    if log and kind != "skipped":                     # short by a time cap keeps them)
+        with open(log, "a") as f:
+            f.write(f"=== {outcome['done']} {kind}\n{outcome['text']}\n")
     if kind == "skipped":
         pytest.skip(outcome["text"])
     pytest.fail(f"{kind} {where}: {outcome['text']}", pytrace=False)

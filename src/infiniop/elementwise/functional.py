@@ -157,7 +157,35 @@ def call(spec, args, out=None, params=None):
             desc.calculate(None, out, *args)
             _note_last(spec, desc, args, params, shape, npdt)
             return out
+    tkey = None if key is not None else _torch_key(spec, args, out, params)
+    if tkey is not None:
+        hit = _cache.get(tkey)
+        if hit is not None:
+            desc, shape, tdt, dev = hit
+            if out is None:
+                out = _torch().empty(shape, dtype=tdt, device=dev)
+            desc.calculate(None, out, *args)
+            return out
+        key = tkey
     return _call_general(spec, args, out, params or {}, key)
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _torch_key(spec, args, out, params):
+    """The cache key of a call on torch tensors only (CPU or GPU): layouts and devices."""
+    if not args or not all(_is_torch(a) for a in args) or (out is not None and not _is_torch(out)):
+        return None
+    key = [spec, "torch", None if out is None else (out.dtype, out.shape, out.stride(), out.device)]
+    if params:
+        key.append(_params_key(params))
+    for a in args:
+        key.append((a.dtype, a.shape, a.stride(), a.device))
+    return tuple(key)
 
 
 def _note_last(spec, desc, args, params, shape, npdt) -> None:
@@ -285,6 +313,10 @@ def _call_general(spec, args, out, params, key):
         k0 = out_ops[0]
         _remember(key, (desc, buffers[k0].shape, buffers[k0].dtype))
         _note_last(spec, desc, args, params, buffers[k0].shape, buffers[k0].dtype)
+    elif key is not None and key[1] == "torch" and _classic(spec) and all(
+            _is_torch(b) for b in buffers):
+        o = buffers[out_ops[0]]
+        _remember(key, (desc, tuple(o.shape), o.dtype, o.device))
     results = [buffers[k] for k, o in enumerate(ops) if o.writes]
     return results[0] if len(results) == 1 else tuple(results)
 

@@ -62,8 +62,8 @@ class Variant:
                 return codegen.flat_source(codegen.copy_program(dt), pattern, tag="copy")
             return codegen.strided_source(codegen.copy_program(dt), pattern, ndim, tag="copy")
         if kind == "transpose":
-            word, batch, k = args
-            return codegen.transpose_source(word, batch, k)
+            word, batch, k, affine = args
+            return codegen.transpose_source(word, batch, k, affine=affine)
         if kind == "rows":
             from ...rows import ops as row_ops  # noqa: F401  (registers the row operators)
             from ...rows.spec import REGISTRY as ROWS
@@ -175,10 +175,13 @@ def _rearrange_variants(full: bool) -> list[Variant]:
                                    (("BR", 8), ("BC", 128)), 4))
         for batch in (0, 1, 3):
             for k in (1, 2):
-                if full or (batch, k) in ((0, 1), (1, 2), (3, 1)):
-                    out.append(Variant(f"transpose-{_WORDS[w]}x{k}-batch{batch}",
-                                       ("transpose", _WORDS[w], batch, k),
-                                       (("TR", 64), ("TC", 64)), 8))
+                for affine in (False, True):
+                    if full or (batch, k, affine) in ((0, 1, False), (1, 2, False), (3, 1, False),
+                                                      (0, 1, True), (1, 1, True)):
+                        out.append(Variant(
+                            f"transpose-{_WORDS[w]}x{k}-batch{batch}{'-affine' if affine else ''}",
+                            ("transpose", _WORDS[w], batch, k, affine),
+                            (("TR", 64), ("TC", 64)), 8))
     return out
 
 

@@ -376,17 +376,25 @@ def _param_types(program) -> tuple[str, ...]:
     return tuple(a for t in program.params for a in PARAM_ARGS[t])
 
 
-def transpose_source(word: str, batch: int, k_words: int) -> KernelSource:
+def transpose_source(word: str, batch: int, k_words: int, affine: bool = False) -> KernelSource:
     """rearrange's generalised transpose: ``rows`` units contiguous in the destination,
     ``cols`` units contiguous in the source, ``batch`` more dims; each unit is ``k_words``
     words of type ``word``. Offsets in words; ``row_src[r]``/``col_dst[c]`` are int64 tables
-    (on the device, uploaded once at create)."""
-    ptrs = ["dst_ptr", "src_ptr", "row_src_ptr", "col_dst_ptr"]
+    (on the device, uploaded once at create). ``affine``: the tables are ``r * row_pitch`` and
+    ``c * col_pitch`` (a plain transpose), computed instead of loaded, so the compiler sees
+    which side of the tile is contiguous and moves it in vectors (measured on an H200: the
+    table-driven kernel ran at 31-37% of the copy bandwidth)."""
+    ptrs = ["dst_ptr", "src_ptr"] + ([] if affine else ["row_src_ptr", "col_dst_ptr"])
     extents = [f"e{d}" for d in range(1, batch)]
     strides = [f"d{d}" for d in range(batch)] + [f"s{d}" for d in range(batch)]
     scalars = ["rows", "cols", "tiles_c", "tiles_rc", "tiles_per_prog", "nprog"] + extents + strides
+    if affine:
+        scalars += ["row_pitch", "col_pitch"]
     params = ptrs + scalars + ["TR: tl.constexpr", "TC: tl.constexpr"]
-    L = [PRELUDE, _kernel_header(params, scalars)]
+    # bookkeeping scalars only: sizes, strides and pitches keep their divisibility
+    # specialisation (what proves the vector accesses aligned)
+    no_spec = scalars if not affine else [x for x in scalars if x in _BOOKKEEPING]
+    L = [PRELUDE, _kernel_header(params, no_spec)]
     e = L.append
     e("    tile = tl.program_id(0).to(tl.int64)")
     e("    lr = tl.arange(0, TR).to(tl.int64)")
@@ -411,8 +419,12 @@ def transpose_source(word: str, batch: int, k_words: int) -> KernelSource:
     e("        c = tc * TC + lc")
     e("        rm = r < rows")
     e("        cm = c < cols")
-    e("        rs = tl.load(row_src_ptr + r, mask=rm, other=0)")
-    e("        cd = tl.load(col_dst_ptr + c, mask=cm, other=0)")
+    if affine:
+        e("        rs = r * row_pitch")
+        e("        cd = c * col_pitch")
+    else:
+        e("        rs = tl.load(row_src_ptr + r, mask=rm, other=0)")
+        e("        cd = tl.load(col_dst_ptr + c, mask=cm, other=0)")
     e("        mask = rm[:, None] & cm[None, :]")
     e(f"        soff = sbase + rs[:, None] + (c * {k_words})[None, :]")
     e(f"        doff = dbase + cd[None, :] + (r * {k_words})[:, None]")
@@ -422,8 +434,9 @@ def transpose_source(word: str, batch: int, k_words: int) -> KernelSource:
         e(f"        tl.store(dst_ptr + doff{plus}, v, mask=mask)")
     e("        tile += nprog")
     src = "\n".join(L) + "\n"
-    return KernelSource(f"transpose{batch}_{word}x{k_words}", src, (word, word, "i64", "i64"),
-                        tuple(scalars), ("TR", "TC"))
+    return KernelSource(f"transpose{batch}_{word}x{k_words}{'a' if affine else ''}", src,
+                        (word, word) + (() if affine else ("i64", "i64")), tuple(scalars),
+                        ("TR", "TC"))
 
 
 # ------------------------------------------------------------------------------------ loader

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...dtype import DType
 from ...status import InfiniError, Status
-from . import codegen
+from . import codegen, direct_launch
 from .memory import Operand, StagedMemory, adapter, stream_context
 from .vendors import LaunchConfig, next_pow2
 
@@ -62,6 +62,18 @@ class Launch:
         self._extra = tuple(extra)  # pointer arguments owned by the kernel (e.g. offset tables)
         if isinstance(self._memory, StagedMemory):
             self.launch = self._launch_staged
+        elif not interpret and direct_launch.ENABLED:
+            self._direct = direct_launch.DirectLaunch(
+                [op.origin for op in operands], self.grid[0],
+                [*self._extra, *self.scalars, *self.constexprs.values()], device_id)
+            self.launch = self._launch_direct
+
+    def _launch_direct(self, addresses, stream=None) -> None:
+        if self._direct.launch(addresses, stream):
+            return
+        with stream_context(stream, self._device_id, False):  # first launch of this alignment
+            self._direct.remember(addresses, self._kernel(
+                *self._memory(addresses), *self._extra, *self.scalars, **self._kw))
 
     def _launch_staged(self, addresses, stream=None) -> None:
         ptrs, finish = self._memory.stage(addresses)

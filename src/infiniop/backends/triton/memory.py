@@ -122,30 +122,34 @@ class StagedMemory:
         pad, staged = self._pad, []
         for s, e in merged:
             n = e - s
-            dev = torch.full((n + 2 * pad,), GUARD, dtype=torch.uint8, device=self._device)
+            # the copy keeps the host address modulo 256 (the same alignment, so the same
+            # kernel variants and the same misaligned-address fallbacks run)
+            at = pad + s % 256
+            dev = torch.full((at + n + pad,), GUARD, dtype=torch.uint8, device=self._device)
             host = (torch.frombuffer((ctypes.c_char * n).from_address(s), dtype=torch.uint8)
                     if n else None)
             if n:
-                dev[pad:pad + n].copy_(host)
-            staged.append((s, e, dev, host))
+                dev[at:at + n].copy_(host)
+            staged.append((s, e, dev, host, at))
         ptrs = []
         for a, (op, dt) in zip(addresses, self._ops):
-            s, _, dev, _ = next(x for x in staged if x[0] <= a + op.lo and a + op.hi <= x[1])
+            s, _, dev, _, at = next(x for x in staged if x[0] <= a + op.lo and a + op.hi <= x[1])
             if self._device == "cpu":  # the interpreter wants a tensor covering the reach
-                t = dev[pad + a + op.lo - s: pad + a + op.hi - s].view(dt)
+                t = dev[at + a + op.lo - s: at + a + op.hi - s].view(dt)
                 ptrs.append(t[(op.origin - op.lo) // op.itemsize:])
             else:
-                ptrs.append(DevicePointer(dev.data_ptr() + pad + (a + op.origin - s), dt))
+                ptrs.append(DevicePointer(dev.data_ptr() + at + (a + op.origin - s), dt))
 
         def finish():
             sync(self._device)
-            for s, e, dev, host in staged:
+            for s, e, dev, host, at in staged:
                 back = dev.cpu()
-                if pad and bool((torch.cat([back[:pad], back[pad + e - s:]]) != GUARD).any()):
+                n = e - s
+                if bool((back[:at] != GUARD).any()) or bool((back[at + n:] != GUARD).any()):
                     raise RuntimeError(f"a kernel wrote outside its operands' reach (the guard "
                                        f"bytes around host range {s:#x}..{e:#x} changed)")
-                if host is not None and not torch.equal(back[pad:pad + e - s], host):
-                    host.copy_(back[pad:pad + e - s])  # only what changed: inputs stay untouched
+                if host is not None and not torch.equal(back[at:at + n], host):
+                    host.copy_(back[at:at + n])  # only what changed: inputs stay untouched
         return ptrs, finish
 
 

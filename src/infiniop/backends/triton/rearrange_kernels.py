@@ -54,6 +54,17 @@ def _reach(origin: int, dims, table=None, unit: int = 1) -> tuple[int, int]:
     return lo, hi + unit
 
 
+def _pitches(row_src: np.ndarray, col_dst: np.ndarray) -> tuple[int, int] | None:
+    """(row pitch, column pitch) when the tables are ``r * pitch`` and ``c * pitch``."""
+    out = []
+    for t in (row_src, col_dst):
+        p = int(t[1]) if t.size > 1 else 0
+        if t.size and (int(t[0]) != 0 or not np.array_equal(t, np.arange(t.size) * p)):
+            return None
+        out.append(p)
+    return out[0], out[1]
+
+
 class RearrangeRun:
     """``run(dst_address, src_address, stream=None)``: addresses of element 0."""
 
@@ -126,10 +137,14 @@ class RearrangeRun:
         batch = [(int(n), int(d), int(s)) for n, d, s in zip(m.shape, m.dst_strides, m.src_strides)]
         row_src = np.ascontiguousarray(m.row_src // w, dtype=np.int64)
         col_dst = np.ascontiguousarray(m.col_dst // w, dtype=np.int64)
-        tables = [torch.from_numpy(row_src), torch.from_numpy(col_dst)]
-        if not self._interpret:
-            dev = f"cuda:{self._device_id or 0}"
-            tables = [t.to(dev) for t in tables]
+        pitches = _pitches(row_src, col_dst)
+        if pitches is None:
+            tables = [torch.from_numpy(row_src), torch.from_numpy(col_dst)]
+            if not self._interpret:
+                dev = f"cuda:{self._device_id or 0}"
+                tables = [t.to(dev) for t in tables]
+        else:
+            tables = []
         doff, soff = self._doff, self._soff
         dlo, dhi = _reach(doff, [(n, d) for n, d, _ in batch] + [(m.rows, m.unit)],
                           m.col_dst, m.unit)
@@ -144,8 +159,9 @@ class RearrangeRun:
         nprog, per = grid_for(nb * tiles_rc, cfg)
         scalars = ([m.rows, m.cols, tiles_c, tiles_rc, per, nprog]
                    + [n for n, _, _ in batch[1:]]
-                   + [d // w for _, d, _ in batch] + [s // w for _, _, s in batch])
-        ks = codegen.transpose_source(ty, len(batch), k)
+                   + [d // w for _, d, _ in batch] + [s // w for _, _, s in batch]
+                   + list(pitches or ()))
+        ks = codegen.transpose_source(ty, len(batch), k, affine=pitches is not None)
         return Launch(ks, scalars, {"TR": tr, "TC": tc}, nprog, cfg.warps_for(tr * tc), ops,
                       self._interpret, self._device_id, extra=tables)
 
