@@ -153,7 +153,7 @@ def test_device_fast_path_takes_only_what_the_descriptor_describes():
     fast = _device_fast_path(lambda addrs, stream: calls.append((addrs, stream)), d.info,
                              d.spec.operands, -1)
     assert fast((c, a, b), "s")
-    assert calls == [([c.data_ptr(), a.data_ptr(), b.data_ptr()], "s")]
+    assert calls == [((c.data_ptr(), a.data_ptr(), b.data_ptr()), "s")]
     assert not fast((c, a, b.contiguous()), None)          # other strides
     assert not fast((c, a.double(), b), None)              # other dtype
     assert not fast((c, c, b), None)                       # in place: the exact check decides
@@ -164,3 +164,33 @@ def test_device_fast_path_takes_only_what_the_descriptor_describes():
     gd = _device_fast_path(lambda *x: None, d.info, d.spec.operands, 0)
     assert not gd((c, a, b), None)                         # not on that device
     assert len(calls) == 1
+
+
+def test_direct_launch_passes_what_the_jit_was_given():
+    """direct_launch.py without a GPU: a fake compiled kernel records the launcher call; the
+    unrolled ``fast`` form and ``launch`` pass the same arguments, keyed by alignment."""
+    from infiniop.backends.triton import direct_launch as dlm
+
+    runs = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def run(self, *args):
+            runs.append(args)
+
+    from triton import knobs
+
+    dl = dlm.DirectLaunch([0, 8, 16], 7, ("tail", 3), 0)
+    assert not dl.launch([64, 128, 256], None)           # nothing compiled yet: the JIT's turn
+    dl._knobs = knobs.runtime                            # as a GPU's driver would answer:
+    dl._device, dl._stream = (lambda: 0), (lambda dev: 1234)
+    dl.remember([64, 128, 256], Compiled())
+    assert dl.launch([64, 128, 256], None)
+    go = dl.fast([2, 0, 1])                               # kernel pointer j = user operand order[j]
+    assert go((128, 256, 64), 99)
+    assert not go((128, 264, 64), None)                   # another alignment: not compiled yet
+    want = (7, 1, 1, 1234, "fn", "meta", None, None, None, 64, 136, 272, "tail", 3)
+    assert runs == [want, want[:3] + (99,) + want[4:]]
+    dl._device = lambda: 1
+    assert not dl.launch([64, 128, 256], None) and not go((128, 256, 64), None)  # other device

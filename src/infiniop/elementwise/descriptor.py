@@ -51,7 +51,8 @@ class ElementwiseDescriptor(OperandsDescriptor):
         self._fast_device = None
         if handle.backend.MEMORY_KIND == "cuda" and not self._empty:
             self._fast_device = _device_fast_path(self._kernel.launch_pointers, info, ops,
-                                                  handle.device_id)
+                                                  handle.device_id,
+                                                  getattr(self._kernel, "fast_launcher", None))
 
     @property
     def params(self) -> dict:
@@ -117,7 +118,7 @@ def _fast_path(launcher, extra_args, info, ops):
     return env["fast"]
 
 
-def _device_fast_path(launch, info, ops, device_id: int):
+def _device_fast_path(launch, info, ops, device_id: int, fast_launcher=None):
     """The per-descriptor check for the common GPU call: torch CUDA tensors with exactly the
     descriptors' dtypes, shapes and strides on the handle's device, written operands' byte
     ranges disjoint from the operands they are checked against. Then the addresses go straight
@@ -129,7 +130,8 @@ def _device_fast_path(launch, info, ops, device_id: int):
     from ..dtype import to_torch
 
     n = len(ops)
-    checks, env = [], {"T": torch.Tensor, "launch": launch}
+    go = fast_launcher() if fast_launcher is not None else None
+    checks, env = [], {"T": torch.Tensor, "launch": launch, "go": go}
     for j, d in enumerate(info.descs):
         if d is None:
             checks.append(f"x{j} is None")
@@ -153,8 +155,9 @@ def _device_fast_path(launch, info, ops, device_id: int):
         f"    if not ({' and '.join(checks)}):\n        return False\n"
         f"{addrs}"
         + (f"    if not ({' and '.join(disjoint)}):\n        return False\n" if disjoint else "")
-        + f"    launch([{', '.join(f'a{j}' if j in present else 'None' for j in range(n))}], "
-        f"stream=stream)\n    return True\n"
+        + f"    addrs = ({', '.join(f'a{j}' if j in present else 'None' for j in range(n))},)\n"
+        + ("    if go(addrs, stream):\n        return True\n" if go is not None else "")
+        + "    launch(addrs, stream=stream)\n    return True\n"
     )
     exec(src, env)
     return env["fast"]

@@ -43,6 +43,11 @@ def stream_handle(stream) -> int:
     return int(stream)
 
 
+def _hooked(hook) -> bool:
+    """A launch hook is set: None (Triton < 3.5) or an empty HookChain (later) is none."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 class DirectLaunch:
     """``launch(addresses, stream)`` -> True when launched directly, False when the caller must
     launch through the JIT once and hand the result to ``remember``."""
@@ -59,9 +64,7 @@ class DirectLaunch:
 
     def launch(self, addresses, stream) -> bool:
         ck = self._compiled.get(self._key(addresses))
-        if ck is None:
-            return False
-        if self._knobs.launch_enter_hook is not None:
+        if ck is None or _hooked(self._knobs.launch_enter_hook):
             return False
         dev = self._device()
         if dev != self._device_id:
@@ -72,12 +75,36 @@ class DirectLaunch:
         return True
 
     def remember(self, addresses, compiled) -> None:
-        if not self._compiled:  # the driver is looked up once a kernel exists (i.e. a GPU)
+        if not hasattr(self, "_device"):  # looked up once a kernel exists (i.e. on a GPU)
+            import torch
             from triton import knobs
-            from triton.runtime import driver
 
             self._knobs = knobs.runtime
-            self._device = driver.active.get_current_device
-            self._stream = driver.active.get_current_stream
+            # what torch.cuda.current_device() returns, without its Python wrapper
+            self._device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+            self._stream = torch._C._cuda_getCurrentRawStream
         if compiled is not None and self._device() == self._device_id:
             self._compiled[self._key(addresses)] = compiled
+
+    def fast(self, order):
+        """``go(addresses, stream) -> bool``: ``launch`` unrolled for one operand order
+        (``order[j]``: the index in ``addresses`` of the kernel's j-th pointer), for the
+        descriptors' per-call fast path (~1.5 us less than ``launch``)."""
+        n = len(order)
+        ps = [f"p{j}" for j in range(n)]
+        src = (
+            "def go(u, stream):\n"
+            + "".join(f"    p{j} = u[{i}] + {o}\n" for j, (i, o) in enumerate(zip(order,
+                                                                             self._origins)))
+            + f"    ck = compiled.get(({''.join(f'{p} & 15 == 0, ' for p in ps)}))\n"
+            "    if ck is None or hooked(me._knobs.launch_enter_hook):\n        return False\n"
+            "    dev = me._device()\n"
+            f"    if dev != {self._device_id}:\n        return False\n"
+            "    ck.run(grid, 1, 1, me._stream(dev) if stream is None else handle(stream), "
+            f"ck.function, ck.packed_metadata, None, None, None, {', '.join(ps)}, *tail)\n"
+            "    return True\n")
+        # (me._knobs & co. exist once a kernel was remembered, i.e. once ck can be found)
+        env = {"compiled": self._compiled, "me": self, "grid": self._grid, "tail": self._tail,
+               "handle": stream_handle, "hooked": _hooked}
+        exec(src, env)
+        return env["go"]

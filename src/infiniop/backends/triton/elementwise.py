@@ -60,6 +60,7 @@ class Launch:
         self._interpret = interpret
         self._device_id = device_id
         self._extra = tuple(extra)  # pointer arguments owned by the kernel (e.g. offset tables)
+        self._direct = None
         if isinstance(self._memory, StagedMemory):
             self.launch = self._launch_staged
         elif not interpret and direct_launch.ENABLED:
@@ -161,3 +162,9 @@ class ElementwiseKernel:
     def launch_pointers(self, addresses, stream=None) -> None:
         if self.launch is not None:
             self.launch.launch([addresses[o] for o in self._slot_operand], stream)
+
+    def fast_launcher(self):
+        """``go(addresses, stream) -> bool`` (user-order addresses): the direct launch without
+        the per-call list building, or None where launches go through the JIT."""
+        direct = getattr(self.launch, "_direct", None)
+        return None if direct is None else direct.fast(self._slot_operand)

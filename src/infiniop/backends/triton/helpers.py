@@ -89,9 +89,17 @@ def _signed_zero(x):
 
 
 @triton.jit
+def _frem(a, b):
+    """C's fmod. NVIDIA's lowering of ``%`` returns ``a`` when ``b`` is infinite, also for an
+    infinite ``a`` (seen on an H200: fmod(inf, inf) gave inf, not NaN)."""
+    m = a % b
+    return tl.where(a - a == 0, m, a - a)
+
+
+@triton.jit
 def _fdivmod_floor(a, b):
     """NumPy's npy_divmod floor quotient for floats."""
-    m = a % b  # fmod
+    m = _frem(a, b)
     d = a - m
     if a.dtype == tl.float32:
         d = tl.div_rn(d, b)
@@ -129,7 +137,7 @@ def floordiv(a, b):
 
 @triton.jit
 def _fmod(a, b):
-    m = a % b
+    m = _frem(a, b)
     adj = (m != 0) & ((b < 0) != (m < 0))
     m = tl.where(adj, m + b, m)
     return tl.where(m == 0, _signed_zero(b + m * 0), m)
