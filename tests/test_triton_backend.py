@@ -194,3 +194,36 @@ def test_direct_launch_passes_what_the_jit_was_given():
     assert runs == [want, want[:3] + (99,) + want[4:]]
     dl._device = lambda: 1
     assert not dl.launch([64, 128, 256], None) and not go((128, 256, 64), None)  # other device
+
+
+def test_functional_gpu_shortcut_defers_to_the_descriptor_check():
+    """The functional front end's shortcut for GPU calls (functional._last_device_call): a
+    CPU descriptor is given a device fast path that accepts CPU tensors (get_device() == -1)
+    and runs through raw addresses, so the shortcut's bookkeeping runs without a GPU."""
+    import torch
+
+    from infiniop.elementwise import functional as F
+    from infiniop.elementwise.descriptor import _device_fast_path
+
+    F.clear_cache()
+    a, b = torch.randn(5, 7), torch.randn(7)
+    first = infiniop.sub(a, b)                       # general path: plans, caches the descriptor
+    (desc, *_), = [v for k, v in F._cache.items() if k[1] == "torch"]
+    launched = []
+
+    def launch(addrs, stream):
+        launched.append(addrs)
+        desc.calculate(None, *addrs)                 # trusted raw addresses: the CPU kernel
+
+    desc._fast_device = _device_fast_path(launch, desc.info, desc.spec.operands, -1)
+    second = infiniop.sub(a, b)                      # keyed hit: the descriptor's fast path
+    third = infiniop.sub(a, b)                       # the shortcut: no key built
+    out = torch.empty(5, 7)
+    assert infiniop.sub(a, b, out=out) is out
+    assert len(launched) == 3 and F._last_device_call
+    for got in (second, third, out):
+        assert torch.equal(got, first) and got.shape == (5, 7)
+    other = infiniop.sub(a[:, :3], b[:3])            # other shapes: past the shortcut, correct
+    assert torch.equal(other, a[:, :3] - b[:3]) and len(launched) == 3
+    F.clear_cache()
+    assert not F._last_device_call
