@@ -38,7 +38,7 @@ def expect_error(status, fn, *args):
 """
 
 
-def run_isolated(code: str, *, timeout: float = 120, env: dict | None = None,
+def run_isolated(code: str, *, timeout: float = 600, env: dict | None = None,
                  prelude: bool = True, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run ``code`` (dedented, after PRELUDE) in a fresh interpreter; never raises on a crash.
     ``env`` adds to (a value of None: removes from) this process's environment."""

@@ -210,7 +210,7 @@ class Cell:
 def run_cell(cell: Cell) -> str | None:
     """None if the cell holds, else what went wrong."""
     if cell.isolate is not None:
-        proc = run_isolated(cell.isolate, timeout=120)
+        proc = run_isolated(cell.isolate, timeout=600)
         return None if proc.returncode == 0 else describe_exit(proc)
     for b in cell.buffers:
         b.snapshot()
