@@ -18,6 +18,7 @@ import numpy as np
 from ..dask_arrays import elementwise as dask_elementwise
 from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
+from ..interop import _torch
 from ..layout import broadcast_shape
 from ..memory import empty_aligned
 from ..status import InfiniError, Status
@@ -191,12 +192,6 @@ def _note_last_device(spec, desc, args, params, hit) -> None:
     fast = desc._fast_device
     if fast is not None and not params and args and _is_torch(args[0]):
         _last_device_call[spec] = (fast, args[0].shape, *hit[1:])
-
-
-def _torch():
-    import torch
-
-    return torch
 
 
 def _torch_key(spec, args, out, params):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 
+from .memory import stream_handle
+
 
 def _enabled() -> bool:
     if os.environ.get("INFINIOP_TRITON_DIRECT", "1") == "0":
@@ -30,17 +32,6 @@ def _enabled() -> bool:
 
 
 ENABLED = _enabled()
-
-
-def stream_handle(stream) -> int:
-    """The raw ``cudaStream_t`` of a torch stream, an int, or a ``__cuda_stream__`` object."""
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "cuda_stream"):
-        return stream.cuda_stream
-    if hasattr(stream, "__cuda_stream__"):
-        return stream.__cuda_stream__()[1]
-    return int(stream)
 
 
 def _hooked(hook) -> bool:

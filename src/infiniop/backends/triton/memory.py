@@ -113,7 +113,7 @@ class StagedMemory:
         spans = sorted((a + op.lo, a + op.hi) for a, (op, _) in zip(addresses, self._ops))
         merged: list[list[int]] = []
         for s, e in spans:  # operands that share bytes (in-place, overlapping views) share a copy
-            if merged and s < merged[-1][1] or merged and s == merged[-1][0]:
+            if merged and (s < merged[-1][1] or s == merged[-1][0]):
                 merged[-1][1] = max(merged[-1][1], e)
             else:
                 merged.append([s, e])
@@ -171,12 +171,18 @@ def stream_context(stream, device_id: int | None, interpret: bool):
         stack.enter_context(torch.cuda.device(device_id))
     if stream is not None:
         if not isinstance(stream, torch.cuda.Stream):
-            if hasattr(stream, "__cuda_stream__"):
-                handle = stream.__cuda_stream__()[1]
-            elif hasattr(stream, "cuda_stream"):
-                handle = stream.cuda_stream
-            else:
-                handle = int(stream)
-            stream = torch.cuda.ExternalStream(handle)
+            stream = torch.cuda.ExternalStream(stream_handle(stream))
         stack.enter_context(torch.cuda.stream(stream))
     return stack
+
+
+def stream_handle(stream) -> int:
+    """The raw ``cudaStream_t`` of a stream: an int as is, an object's ``__cuda_stream__`` or
+    ``cuda_stream`` (torch streams)."""
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return stream.__cuda_stream__()[1]
+    if hasattr(stream, "cuda_stream"):
+        return stream.cuda_stream
+    return int(stream)
