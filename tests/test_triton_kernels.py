@@ -120,6 +120,28 @@ def test_tiny_blocks_rank6_and_zero_d(tiny):
     assert z[()] == 3.75
 
 
+@pytest.mark.parametrize("shape, perm", [((7, 5), (1, 0)), ((2, 7, 5), (0, 2, 1)),
+                                         ((2, 5, 7, 5), (1, 0, 3, 2)), ((5, 2, 3), (2, 1, 0))])
+@pytest.mark.parametrize("dtype", [np.float16, np.int8, np.float64])
+def test_tiled_kind_across_outer_indices(tiny, shape, perm, dtype):
+    """The 'tiled' kernel (codegen.tiled_source): tiles over (dim ndim - 2, innermost) that end
+    at every outer index, edges in both directions, and more tile slots than tiles (the grid-
+    stride loop's last round): nothing outside the output is written."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-60, 60, [shape[p] for p in perm]).astype(dtype).transpose(np.argsort(perm))
+    b = rng.integers(-60, 60, shape).astype(dtype)
+    fenced = np.full((3 * shape[0],) + shape[1:], 99, dtype)
+    out = fenced[shape[0]:2 * shape[0]]
+    with infiniop.create_sub_descriptor(tiny, TD(out), TD(a), TD(b)) as d:
+        launch = d._kernel.launch
+        assert d.info.kind == "tiled" and "_tiled" in launch.source.stem
+        tiles, _, _, per, nprog = launch.scalars[:5]
+        assert per * nprog > tiles
+        d.calculate(None, out, a, b)
+    assert_exact(out, (a - b).astype(dtype))
+    assert (fenced[:shape[0]] == 99).all() and (fenced[2 * shape[0]:] == 99).all()
+
+
 @pytest.mark.parametrize("shape, perm", [((37, 29), (1, 0)), ((3, 9, 17), (2, 0, 1)),
                                          ((5, 4, 7, 3), (3, 1, 0, 2))])
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float64])

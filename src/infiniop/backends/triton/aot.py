@@ -54,13 +54,15 @@ class Variant:
             tag = f"ew_{prog.name}_{prog.key[:10]}"
             if layout == "flat":
                 return codegen.flat_source(prog, pattern, tag=tag)
-            return codegen.strided_source(prog, pattern, ndim, tag=tag)
+            source = codegen.tiled_source if layout == "tiled" else codegen.strided_source
+            return source(prog, pattern, ndim, tag=tag)
         if kind == "copy":
             word, layout, pattern, ndim = args
             dt = {1: DType.U8, 2: DType.U16, 4: DType.U32, 8: DType.U64}[word]
             if layout == "flat":
                 return codegen.flat_source(codegen.copy_program(dt), pattern, tag="copy")
-            return codegen.strided_source(codegen.copy_program(dt), pattern, ndim, tag="copy")
+            source = codegen.tiled_source if layout == "tiled" else codegen.strided_source
+            return source(codegen.copy_program(dt), pattern, ndim, tag="copy")
         if kind == "transpose":
             word, batch, k, affine = args
             return codegen.transpose_source(word, batch, k, affine=affine)
@@ -133,7 +135,7 @@ _LAYOUTS = {  # layout class -> (kind, pattern builder, rank)
     "strided1": ("strided", lambda a: "g" * (a + 1), 1),
     "strided2": ("strided", lambda a: "1" + "".join("g0"[k % 2] for k in range(a)), 2),
     "strided3": ("strided", lambda a: "g" + "1" * a, 3),
-    "tiled3": ("strided", lambda a: "1" + "g" * a, 3),
+    "tiled3": ("tiled", lambda a: "1" + "g" * a, 3),
     "rank6": ("strided", lambda a: "1" + "01"[0] * a, 6),
 }
 _WORDS = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
@@ -173,6 +175,10 @@ def _rearrange_variants(full: bool) -> list[Variant]:
                 out.append(Variant(f"copy-u{8 * w}-strided{ndim}-{pattern}",
                                    ("copy", w, "strided", pattern, ndim),
                                    (("BR", 8), ("BC", 128)), 4))
+        for ndim in (2, 3):  # rearrange's plain transposes (the elementwise tiled copy)
+            if full or (ndim, w) == (3, 2):
+                out.append(Variant(f"copy-u{8 * w}-tiled{ndim}-1g",
+                                   ("copy", w, "tiled", "1g", ndim), (("BR", 64), ("BC", 64)), 8))
         for batch in (0, 1, 3):
             for k in (1, 2):
                 for affine in (False, True):

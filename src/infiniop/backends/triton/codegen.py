@@ -232,7 +232,7 @@ def copy_program(dt: DType):
 # Scalars that only count tiles are never specialised on (no recompile per size); layout scalars
 # (sizes, strides) keep Triton's divisibility specialisation: it is what lets the compiler prove
 # rows aligned and masks uniform, i.e. use vector loads and stores.
-_BOOKKEEPING = ("rows", "cols", "tiles_c", "tiles_rc", "tiles_per_prog", "nprog")
+_BOOKKEEPING = ("rows", "cols", "tiles", "tiles_c", "tiles_rc", "tiles_per_prog", "nprog")
 
 
 def _kernel_header(params: list[str], no_spec: list[str]) -> str:
@@ -368,6 +368,76 @@ def strided_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelS
     e("        tile += nprog")
     source = "\n".join(L) + "\n"
     return KernelSource(f"{tag}_strided{ndim}_{pattern}", source,
+                        tuple(POINTER[d] for d in program.dtypes), tuple(scalars), ("BR", "BC"),
+                        _param_types(program))
+
+
+def tiled_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelSource:
+    """The planner's 'tiled' kind (rank >= 2): ``BR x BC`` tiles over (dim ``ndim - 2``, the
+    innermost dim), one outer index per tile. Dim ``ndim - 2`` is the one a transposed operand
+    is dense along; a tile's rows never cross into the next outer index, and its row mask
+    compares with that dim's extent ``mid`` (specialised, like every layout scalar), so the
+    compiler sees runs of 16 rows contiguous and uniformly masked and moves the transposed
+    operand in vectors too. (The strided kernel's rows span every outer dim: there a row index
+    is divided by the extents and masked against the unspecialised ``rows``, and an H200 read a
+    transposed float16 operand in scalar loads.)"""
+    b = _Body(program, pattern)
+    nslots = len(program.slots)
+    ptrs = [f"s{j}_ptr" for j in range(nslots)]
+    inner, mid = ndim - 1, ndim - 2
+    extents = [f"e{d}" for d in range(1, mid)]  # outer extents but the outermost
+    strides = []
+    for j in range(nslots):
+        strides += [f"s{j}_{d}" for d in range(inner)]
+        if pattern[j] == "g":
+            strides.append(f"s{j}_{inner}")
+    scalars = ["tiles", "tiles_c", "tiles_rc", "tiles_per_prog", "nprog", "mid", "inner"]
+    scalars += extents + strides
+    no_spec = [s for s in scalars if s in _BOOKKEEPING] + [p for p in b.pnames if "_" in p]
+    params = ptrs + scalars + b.pnames + ["BR: tl.constexpr", "BC: tl.constexpr"]
+    L = [PRELUDE, _kernel_header(params, no_spec)]
+    e = L.append
+    e("    tile = tl.program_id(0).to(tl.int64)")
+    e("    lr = tl.arange(0, BR).to(tl.int64)")
+    e("    lc = tl.arange(0, BC).to(tl.int64)")
+    for line in b.pdecode:
+        e(f"    {line}")
+    e("    for _ in range(0, tiles_per_prog):")
+    e("        if tile < tiles:  # a grid-stride loop may pass the last tile")
+    e("            o = tile // tiles_rc")
+    e("            t = tile - o * tiles_rc")
+    e("            tr = t // tiles_c")
+    e("            tc = t - tr * tiles_c")
+    e("            r = tr * BR + lr")
+    e("            c = tc * BC + lc")
+    e("            rmask = (r < mid)[:, None]")
+    e("            mask = rmask & (c < inner)[None, :]")
+    if mid > 0:
+        e("            rem = o")
+        for d in range(mid - 1, 0, -1):
+            e(f"            i{d} = rem % e{d}")
+            e(f"            rem = rem // e{d}")
+        e("            i0 = rem")
+    for j in range(nslots):
+        terms = [f"i{d} * s{j}_{d}" for d in range(mid)] + [f"r * s{j}_{mid}"]
+        e(f"            ro{j} = ({' + '.join(terms)})[:, None]")
+
+    def col(j: int) -> str:
+        cls = pattern[j]
+        return ("c[None, :]" if cls == "1" else f"(c * s{j}_{inner})[None, :]" if cls == "g"
+                else "(c * 0)[None, :]")
+
+    def src(j: int) -> str:
+        if pattern[j] == "0":
+            return f"tl.load({ptrs[j]} + ro{j}, mask=rmask)"
+        return f"tl.load({ptrs[j]} + ro{j} + {col(j)}, mask=mask)"
+
+    b.loads(e, "            ", src, True)
+    b.loads(e, "            ", src, False)
+    b.compute(e, "            ", lambda j: f"{ptrs[j]} + ro{j} + {col(j)}")
+    e("        tile += nprog")
+    source = "\n".join(L) + "\n"
+    return KernelSource(f"{tag}_tiled{ndim}_{pattern}", source,
                         tuple(POINTER[d] for d in program.dtypes), tuple(scalars), ("BR", "BC"),
                         _param_types(program))
 

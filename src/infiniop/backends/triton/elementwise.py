@@ -110,28 +110,37 @@ def plan_launch(info, cfg: LaunchConfig) -> tuple[codegen.KernelSource, list, di
         nprog, per = grid_for(_cdiv(n, block), cfg)
         ks = codegen.flat_source(prog, info.pattern, tag=tag)
         return ks, [n, per, nprog], {"BLOCK": block}, nprog, cfg.warps_for(block)
-    ks = codegen.strided_source(prog, info.pattern, lay.ndim, tag=tag)
-    return (ks, *row_tiles(lay, info.pattern, cfg, tiled=info.kind == "tiled"))
+    tiled = info.kind == "tiled"
+    source = codegen.tiled_source if tiled else codegen.strided_source
+    ks = source(prog, info.pattern, lay.ndim, tag=tag)
+    return (ks, *row_tiles(lay, info.pattern, cfg, tiled=tiled))
 
 
 def row_tiles(lay, pattern: str, cfg: LaunchConfig, tiled: bool = False):
-    """Scalar arguments, tile constexprs, program count and warps of the strided kernel for a
-    normalised layout (shared by elementwise and rearrange)."""
+    """Scalar arguments, tile constexprs, program count and warps of the strided kernel (or,
+    ``tiled``, of codegen.tiled_source's) for a normalised layout (shared by elementwise and
+    rearrange)."""
     inner = lay.shape[-1]
-    rows = lay.numel // inner
-    if tiled:  # square tiles: the transposed operand is dense along rows
-        bc = min(next_pow2(inner), cfg.tile)
-        br = min(next_pow2(rows), cfg.tile)
-    else:
-        bc = min(next_pow2(inner), cfg.block)
-        br = min(next_pow2(rows), max(1, cfg.block // bc))
-    tiles_c = _cdiv(inner, bc)
-    nprog, per = grid_for(_cdiv(rows, br) * tiles_c, cfg)
     strides = []
     for j, st in enumerate(lay.strides):
         strides += list(st[:-1])
         if pattern[j] == "g":
             strides.append(st[-1])
+    if tiled:  # near-square tiles over (dim ndim - 2, innermost), one outer index per tile
+        mid = lay.shape[-2]
+        br = min(next_pow2(mid), cfg.tile)
+        bc = min(next_pow2(inner), cfg.tile * cfg.tile // br)
+        tiles_c = _cdiv(inner, bc)
+        tiles_rc = _cdiv(mid, br) * tiles_c
+        tiles = lay.numel // (mid * inner) * tiles_rc
+        nprog, per = grid_for(tiles, cfg)
+        scalars = [tiles, tiles_c, tiles_rc, per, nprog, mid, inner] + list(lay.shape[1:-2])
+        return scalars + strides, {"BR": br, "BC": bc}, nprog, cfg.warps_for(br * bc)
+    rows = lay.numel // inner
+    bc = min(next_pow2(inner), cfg.block)
+    br = min(next_pow2(rows), max(1, cfg.block // bc))
+    tiles_c = _cdiv(inner, bc)
+    nprog, per = grid_for(_cdiv(rows, br) * tiles_c, cfg)
     scalars = [rows, inner, tiles_c, per, nprog] + list(lay.shape[1:-1]) + strides
     return scalars, {"BR": br, "BC": bc}, nprog, cfg.warps_for(br * bc)
 

@@ -136,8 +136,10 @@ class RearrangeRun:
             ks = codegen.flat_source(codegen.copy_program(dt), pattern, tag="copy")
             return Launch(ks, [n, per, nprog], {"BLOCK": block}, nprog, cfg.warps_for(block),
                           ops, self._interpret, self._device_id)
-        ks = codegen.strided_source(codegen.copy_program(dt), pattern, lay.ndim, tag="copy")
-        return Launch(ks, *row_tiles(lay, pattern, cfg, tiled=tiled and pattern[1] == "g"), ops,
+        tiled = tiled and pattern[1] == "g"
+        source = codegen.tiled_source if tiled else codegen.strided_source
+        ks = source(codegen.copy_program(dt), pattern, lay.ndim, tag="copy")
+        return Launch(ks, *row_tiles(lay, pattern, cfg, tiled=tiled), ops,
                       self._interpret, self._device_id)
 
     def _transpose(self, w: int, ty: str) -> Launch:
