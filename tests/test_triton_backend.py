@@ -226,5 +226,11 @@ def test_functional_gpu_shortcut_defers_to_the_descriptor_check():
         assert torch.equal(got, first) and got.shape == (5, 7)
     other = infiniop.sub(a[:, :3], b[:3])            # other shapes: past the shortcut, correct
     assert torch.equal(other, a[:, :3] - b[:3]) and len(launched) == 3
+    at = a.t().contiguous().t()                      # same shape, other strides / dtype: the
+    for x, y in ((at, b), (a.double(), b.double())):  # descriptor's check sends them past it
+        got = infiniop.sub(x, y)
+        assert torch.equal(got, x - y) and got.dtype == x.dtype and got.is_contiguous()
+    assert len(launched) == 3
+    assert torch.equal(infiniop.sub(a, b), first) and len(launched) == 4  # still the shortcut
     F.clear_cache()
     assert not F._last_device_call

@@ -137,16 +137,29 @@ def _classic(spec) -> bool:
 def call(spec, args, out=None, params=None):
     """Run ``spec`` on arrays/tensors/scalars. Scalars take the dtype the matching signature
     gives their position (the array operands decide it)."""
-    last = _last_call.get(spec)
-    if last is not None and not params and args:
-        fast, shape0, shape, npdt = last
-        if out is not None:
-            if fast((out, *args)) == 0:
-                return out
-        elif type(args[0]) is np.ndarray and args[0].shape == shape0:
-            o = empty_aligned(shape, npdt)
-            if fast((o, *args)) == 0:
-                return o
+    if not params and args:
+        a0 = args[0]
+        last = _last_device_call.get(spec)
+        if last is not None and type(a0) is last[0]:  # a torch tensor, as the last GPU call
+            _, fast, shape0, like, shape, tdt, dev = last
+            if out is not None:
+                if fast((out, *args), None):
+                    return out
+            elif a0.shape == shape0:  # the GPU descriptor's own check decides; no key is built
+                o = (_torch().empty_like(a0) if like and a0.is_contiguous()
+                     else _torch().empty(shape, dtype=tdt, device=dev))
+                if fast((o, *args), None):
+                    return o
+        last = _last_call.get(spec)
+        if last is not None:
+            fast, shape0, shape, npdt = last
+            if out is not None:
+                if fast((out, *args)) == 0:
+                    return out
+            elif type(a0) is np.ndarray and a0.shape == shape0:
+                o = empty_aligned(shape, npdt)
+                if fast((o, *args)) == 0:
+                    return o
     # Fast path: NumPy arrays only, layouts seen before -> one dict lookup, no planning.
     key = _numpy_key(spec, args, out, params)
     if key is not None:
@@ -162,17 +175,6 @@ def call(spec, args, out=None, params=None):
             desc.calculate(None, out, *args)
             _note_last(spec, desc, args, params, shape, npdt)
             return out
-    if key is None and not params and args:
-        last = _last_device_call.get(spec)
-        if last is not None:  # the GPU descriptor's own check decides; no key is built
-            fast, shape0, shape, tdt, dev = last
-            if out is not None:
-                if fast((out, *args), None):
-                    return out
-            elif _is_torch(args[0]) and args[0].shape == shape0:
-                o = _torch().empty(shape, dtype=tdt, device=dev)
-                if fast((o, *args), None):
-                    return o
     tkey = None if key is not None else _torch_key(spec, args, out, params)
     if tkey is not None:
         hit = _cache.get(tkey)
@@ -190,8 +192,11 @@ def call(spec, args, out=None, params=None):
 def _note_last_device(spec, desc, args, params, hit) -> None:
     """Remember a GPU call of ``spec`` for the shortcut at the top of ``call``."""
     fast = desc._fast_device
-    if fast is not None and not params and args and _is_torch(args[0]):
-        _last_device_call[spec] = (fast, args[0].shape, *hit[1:])
+    a0 = args[0] if args else None
+    if fast is not None and not params and _is_torch(a0):
+        shape, tdt, dev = hit[1:]
+        like = shape == a0.shape and tdt == a0.dtype and dev == a0.device
+        _last_device_call[spec] = (type(a0), fast, a0.shape, like, shape, tdt, dev)
 
 
 def _torch_key(spec, args, out, params):
