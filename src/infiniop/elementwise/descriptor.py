@@ -124,7 +124,7 @@ def _device_fast_path(launch, info, ops, device_id: int, fast_launcher=None):
     ranges disjoint from the operands they are checked against. Then the addresses go straight
     to the launch; anything else (in-place, raw addresses, other objects) returns False and
     takes the general path. Reading a tensor through ``inspect_buffer`` costs ~10 us; this
-    ~1 us per operand."""
+    ~1 us per operand. ``fast.fresh`` is the same for an operand 0 its caller allocated."""
     import torch
 
     from ..dtype import to_torch
@@ -148,16 +148,23 @@ def _device_fast_path(launch, info, ops, device_id: int, fast_launcher=None):
                         f"a{c.k} + {(kh + 1) * ki} <= a{c.w} + {wl * wi})")
     present = [j for j, d in enumerate(info.descs) if d is not None]
     addrs = "".join(f"    a{j} = x{j}.data_ptr()\n" for j in present)
-    src = (
-        f"def fast(bufs, stream):\n"
-        f"    if len(bufs) != {n}:\n        return False\n"
-        f"    {', '.join(f'x{j}' for j in range(n))}{',' if n == 1 else ''} = bufs\n"
-        f"    if not ({' and '.join(checks)}):\n        return False\n"
-        f"{addrs}"
-        + (f"    if not ({' and '.join(disjoint)}):\n        return False\n" if disjoint else "")
-        + f"    addrs = ({', '.join(f'a{j}' if j in present else 'None' for j in range(n))},)\n"
-        + ("    if go(addrs, stream):\n        return True\n" if go is not None else "")
-        + "    launch(addrs, stream=stream)\n    return True\n"
-    )
-    exec(src, env)
+
+    def source(name: str, fresh: bool) -> str:
+        """``fresh``: operand 0 is an output the caller just allocated like the descriptor's
+        (the functional front end's): its checks and its overlap checks are left out."""
+        want = [c for j, c in enumerate(checks) if not (fresh and j == 0)]
+        apart = [c for c, chk in zip(disjoint, info.checks) if not (fresh and 0 in (chk.w, chk.k))]
+        return (
+            f"def {name}(bufs, stream):\n"
+            f"    if len(bufs) != {n}:\n        return False\n"
+            f"    {', '.join(f'x{j}' for j in range(n))}{',' if n == 1 else ''} = bufs\n"
+            + (f"    if not ({' and '.join(want)}):\n        return False\n" if want else "")
+            + addrs
+            + (f"    if not ({' and '.join(apart)}):\n        return False\n" if apart else "")
+            + f"    addrs = ({', '.join(f'a{j}' if j in present else 'None' for j in range(n))},)\n"
+            + ("    if go(addrs, stream):\n        return True\n" if go is not None else "")
+            + "    launch(addrs, stream=stream)\n    return True\n")
+
+    exec(source("fast", False) + source("fresh", True), env)
+    env["fast"].fresh = env["fresh"]
     return env["fast"]
