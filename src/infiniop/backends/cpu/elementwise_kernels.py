@@ -486,7 +486,7 @@ class _Gen:
         """Tiles of R x C elements (``tile_shape``) over (mid, inner): mid is the dim some input
         is dense along, inner the output's dense dim. Each 't' input (unit stride along mid) is
         first transposed into a scratch tile, in registers, by rearrange's
-        ``transpose.tile_transpose`` (64-byte rows, masked edges), so the tile's rows read it
+        ``transpose.tile_transpose`` (64-byte rows, edges masked or staged), so the tile's rows read it
         with unit stride and vectorise; other inputs are read in place. A task is a band of R
         mid rows (``chunks`` column blocks of it when there are few bands) walked along inner:
         the output and dense inputs are read and written as R rows of C elements, the staged

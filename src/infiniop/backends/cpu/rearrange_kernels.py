@@ -11,7 +11,7 @@ argument: an empty uint8/16/32/64 array), never by dtype or operator:
   destination, columns c are units contiguous in the source; row r of the source starts at byte
   ``row_src[r]``, column c of the destination at ``col_dst[c]`` (tables built at plan time, so
   several dims can be folded into one side). Tasks of 32 rows walk along source rows in L x L
-  micro-tiles transposed in registers (``transpose.tile_transpose``); edges use masks. With
+  micro-tiles transposed in registers (``transpose.tile_transpose``); edges use masks or a stack tile. With
   non-temporal stores, destinations whose rows do not all start on cache lines (misaligned base
   with short rows, odd row lengths) go through the *staged* variant: blocks are transposed into
   an L1/L2 scratch and streamed out as contiguous runs of whole NT lines.

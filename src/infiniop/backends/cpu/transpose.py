@@ -5,8 +5,7 @@ of U-byte units (U = ``marker.dtype`` itemsize in {1, 2, 4, 8}, L = 64 / U lanes
 is one 512-bit register):
 
 - source row i (i < kr) starts at ``src + s_off[i] + c0*U`` and is contiguous: units c0..c0+kc-1
-  are loaded with one masked vector load (lanes >= kc are not touched, rows >= kr are not
-  loaded at all);
+  are read (rows >= kr and lanes >= kc are not touched);
 - each live source row is also prefetched ``PREFETCH_BYTES`` ahead (the next tiles' data; not on
   Intel, see ``_prefetch_bytes``);
 - the L registers are transposed with log2(L) rounds of one-micro-op two-source shuffles
@@ -14,10 +13,23 @@ is one 512-bit register):
 - destination row j (j < kc) starts at ``dst + d_off[j] + r0*U`` and receives units r0..r0+kr-1:
   a full row (kr == L) is one 64-byte store, non-temporal when ``nt`` is true and the address
   is 64-byte aligned (checked at run time, so the ``align 64`` claim is always true), an ordinary
-  unaligned store otherwise; a partial row is a masked store.
+  unaligned store otherwise.
+
+Edge tiles (kr < L or kc < L) are done one of two ways, depending on the target
+(``_native_masks``):
+
+- masked: when the target has masked loads/stores of U-byte lanes (4 and 8 bytes everywhere,
+  1 and 2 with AVX-512BW), each live source row is one masked load, each live destination row one
+  masked store (full tiles use the same load with an all-ones mask: one 64-byte load per row);
+- staged: otherwise (1- and 2-byte units on AVX2), the kr x kc corner is copied (``memcpy``) into
+  a stack tile of 64-byte rows, transposed as a full tile into a second one, and its first kc
+  rows' kr units are copied out. LLVM would turn each masked 8/16-bit load or store into a
+  branch and a scalar access per lane (full tiles too: their loads were masked): an elementwise
+  kernel with a transposed int8 input took 170 s to compile (float32: 4 s) and its 600 x 600
+  call 2.0 ms (0.13 ms now). Full tiles use plain loads there and share the shuffle code.
 
 ``s_off``/``d_off`` are the addresses of int64 tables of byte offsets (entry 0 is row r0 / c0);
-only entries < kr / < kc are read. Any extents work: edges go through the same code with masks.
+only entries < kr / < kc are read. Any extents work.
 
 ``copy_line(dst, src, nt)`` copies 64 bytes (one cache line), NT when ``nt``; the caller
 guarantees ``dst`` is 64-byte aligned when ``nt`` is true. ``memcpy_bytes(dst, src, n)`` is
@@ -33,7 +45,7 @@ from numba.extending import intrinsic
 
 from .intrinsics import sfence as store_fence  # noqa: F401  (re-exported for the kernels)
 
-_I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+_I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _PTR = ir.PointerType(ir.IntType(8))
 
 
@@ -123,6 +135,23 @@ def _vptr(builder, addr, vt):
     return builder.inttoptr(addr, vt.as_pointer())
 
 
+def memcpy(builder, dst, src, n):
+    """``llvm.memcpy`` of ``n`` bytes between int64 addresses."""
+    fnty = ir.FunctionType(ir.VoidType(), [_PTR, _PTR, _I64, _I1])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.memcpy.p0.p0.i64")
+    builder.call(fn, [builder.inttoptr(dst, _PTR), builder.inttoptr(src, _PTR), n,
+                      ir.Constant(_I1, 0)])
+
+
+def _native_masks(context, unit: int) -> bool:
+    """Whether the target has masked loads/stores of ``unit``-byte lanes: AVX2/AVX-512F for 4 and
+    8 bytes, only AVX-512BW for 1 and 2. LLVM scalarises the others (a test, a branch and a
+    scalar load or store per lane: on an AVX2 host the int8 tile was ~8,000 branches, and a
+    kernel calling it took minutes to compile and ran 3x slower than float32)."""
+    features = getattr(context.codegen(), "_tm_features", "") or ""
+    return unit >= 4 or "+avx512bw" in features.split(",")
+
+
 @intrinsic
 def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt):
     unit = marker.dtype.bitwidth // 8
@@ -153,9 +182,6 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
         r0b = builder.mul(r0_, ir.Constant(_I64, unit))
         prefetch_fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [_PTR, _I32, _I32, _I32]), "llvm.prefetch.p0")
-        colmask = builder.icmp_signed("<", lane_ids, splat(kc_))
-        rowmask = builder.icmp_signed("<", lane_ids, splat(kr_))
-        zero_mask = ir.Constant(mt, None)
         shuffles, order = network(lanes)
 
         def transpose(rows):
@@ -171,54 +197,111 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
                 rows = new
             return [rows[r] for r in order]
 
-        def load_row(i, mask):
+        def src_row(i):
             off = builder.load(builder.gep(soff_p, [i]), align=8)
             addr = builder.add(builder.add(src_, off), c0b)
             if prefetch_distance:
                 pf = builder.inttoptr(builder.add(addr, ir.Constant(_I64, prefetch_distance)), _PTR)
                 builder.call(prefetch_fn, [pf, ir.Constant(_I32, 0), ir.Constant(_I32, 3),
                                            ir.Constant(_I32, 1)])
-            # a masked load even when the mask is all ones: one 64-byte load per row (LLVM splits
-            # plain loads to fold halves into the first shuffles: measured slower)
-            return _masked_load(builder, vt, _vptr(builder, addr, vt), mask, lanes, bits)
+            return addr
 
         def dst_row(j):
-            off = builder.load(builder.gep(doff_p, [ir.Constant(_I64, j)]), align=8)
+            off = builder.load(builder.gep(doff_p, [j]), align=8)
             return builder.add(builder.add(dst_, off), r0b)
+
+        def store_rows(rows, addrs, stream):
+            """Full rows: non-temporal when ``stream`` (and every row is 64-byte aligned)."""
+            with builder.if_else(stream, likely=True) as (then_nt, plain):
+                with then_nt:
+                    for j in range(lanes):
+                        st = builder.store(rows[j], _vptr(builder, addrs[j], vt), align=64)
+                        st.set_metadata("nontemporal", _nt_md(builder))
+                with plain:
+                    for j in range(lanes):
+                        builder.store(rows[j], _vptr(builder, addrs[j], vt), align=1)
+
+        def aligned(addrs):
+            phase = addrs[0]
+            for a in addrs[1:]:
+                phase = builder.or_(phase, a)
+            return builder.icmp_unsigned("==", builder.and_(phase, ir.Constant(_I64, 63)),
+                                         ir.Constant(_I64, 0))
 
         full = builder.and_(builder.icmp_signed("==", kr_, ir.Constant(_I64, lanes)),
                             builder.icmp_signed("==", kc_, ir.Constant(_I64, lanes)))
+        consts = [ir.Constant(_I64, i) for i in range(lanes)]
+
+        if not _native_masks(context, unit):
+            # Edges are staged: the kr x kc corner is copied into a 64-byte-row stack tile, the
+            # whole tile is transposed (one copy of the shuffle code for full tiles and edges)
+            # into a second one, and kr units of its first kc rows are copied out. Full tiles
+            # read and write in place with plain loads.
+            def stack_tile():
+                with builder.goto_entry_block():
+                    tile = builder.alloca(ir.ArrayType(_I8, 64 * lanes))
+                    tile.align = 64
+                return builder.ptrtoint(tile, _I64)
+
+            tile_in, tile_out = stack_tile(), stack_tile()
+            with builder.if_else(full, likely=True) as (whole, edge):
+                with whole:
+                    whole_src = [src_row(i) for i in consts]
+                    whole_dst = [dst_row(j) for j in consts]
+                    whole_nt = builder.and_(nt_, aligned(whole_dst))
+                    whole_end = builder.basic_block
+                with edge:
+                    with cgutils.for_range(builder, kr_) as loop:
+                        at = builder.add(tile_in, builder.mul(loop.index, ir.Constant(_I64, 64)))
+                        memcpy(builder, at, src_row(loop.index), builder.mul(kc_, _I64(unit)))
+                    edge_src = [builder.add(tile_in, _I64(64 * i)) for i in range(lanes)]
+                    edge_dst = [builder.add(tile_out, _I64(64 * j)) for j in range(lanes)]
+                    edge_end = builder.basic_block
+
+            def join(whole_v, edge_v, ty=_I64):
+                phi = builder.phi(ty)
+                phi.add_incoming(whole_v, whole_end)
+                phi.add_incoming(edge_v, edge_end)
+                return phi
+
+            srcs = [join(a, b) for a, b in zip(whole_src, edge_src)]
+            dsts = [join(a, b) for a, b in zip(whole_dst, edge_dst)]
+            stream = join(whole_nt, ir.Constant(_I1, 0), _I1)
+            rows = transpose([builder.load(_vptr(builder, a, vt), align=1) for a in srcs])
+            store_rows(rows, dsts, stream)
+            with builder.if_then(builder.not_(full), likely=False):
+                with cgutils.for_range(builder, kc_) as loop:
+                    at = builder.add(tile_out, builder.mul(loop.index, ir.Constant(_I64, 64)))
+                    memcpy(builder, dst_row(loop.index), at, builder.mul(kr_, _I64(unit)))
+            return context.get_dummy_value()
+
+        colmask = builder.icmp_signed("<", lane_ids, splat(kc_))
+        rowmask = builder.icmp_signed("<", lane_ids, splat(kr_))
+        zero_mask = ir.Constant(mt, None)
+
+        def load_row(i, mask):
+            # a masked load even when the mask is all ones: one 64-byte load per row (LLVM splits
+            # plain loads to fold halves into the first shuffles: measured slower)
+            return _masked_load(builder, vt, _vptr(builder, src_row(i), vt), mask, lanes, bits)
+
         with builder.if_else(full, likely=True) as (whole, edge):
             with whole:  # the common case: no per-row tests, one alignment test per tile
-                rows = transpose([load_row(ir.Constant(_I64, i), colmask) for i in range(lanes)])
-                addrs = [dst_row(j) for j in range(lanes)]
-                phase = addrs[0]
-                for a in addrs[1:]:
-                    phase = builder.or_(phase, a)
-                aligned = builder.icmp_unsigned("==", builder.and_(phase, ir.Constant(_I64, 63)),
-                                                ir.Constant(_I64, 0))
-                with builder.if_else(builder.and_(nt_, aligned), likely=True) as (then_nt, plain):
-                    with then_nt:
-                        for j in range(lanes):
-                            st = builder.store(rows[j], _vptr(builder, addrs[j], vt), align=64)
-                            st.set_metadata("nontemporal", _nt_md(builder))
-                    with plain:
-                        for j in range(lanes):
-                            builder.store(rows[j], _vptr(builder, addrs[j], vt), align=1)
+                rows = transpose([load_row(i, colmask) for i in consts])
+                addrs = [dst_row(j) for j in consts]
+                store_rows(rows, addrs, builder.and_(nt_, aligned(addrs)))
             with edge:  # rows >= kr are not loaded, columns >= kc not stored
                 last_row = builder.sub(kr_, ir.Constant(_I64, 1))
                 rows = []
-                for i in range(lanes):
-                    ci = ir.Constant(_I64, i)
+                for ci in consts:
                     live = builder.icmp_signed("<", ci, kr_)
                     # rows >= kr: read a valid table entry (the last live row) and load nothing
                     rows.append(load_row(builder.select(live, ci, last_row),
                                          builder.select(live, colmask, zero_mask)))
                 rows = transpose(rows)
                 for j in range(lanes):
-                    with builder.if_then(builder.icmp_signed("<", ir.Constant(_I64, j), kc_)):
-                        _masked_store(builder, vt, rows[j], _vptr(builder, dst_row(j), vt), rowmask,
-                                      lanes, bits)
+                    with builder.if_then(builder.icmp_signed("<", consts[j], kc_)):
+                        _masked_store(builder, vt, rows[j], _vptr(builder, dst_row(consts[j]), vt),
+                                      rowmask, lanes, bits)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -251,11 +334,7 @@ def memcpy_bytes(typingctx, dst, src, n):
     sig = types.void(types.int64, types.int64, types.int64)
 
     def codegen(context, builder, signature, args):
-        dst_, src_, n_ = args
-        fnty = ir.FunctionType(ir.VoidType(), [_PTR, _PTR, _I64, _I1])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.memcpy.p0.p0.i64")
-        builder.call(fn, [builder.inttoptr(dst_, _PTR), builder.inttoptr(src_, _PTR), n_,
-                          ir.Constant(_I1, 0)])
+        memcpy(builder, *args)
         return context.get_dummy_value()
 
     return sig, codegen
