@@ -31,6 +31,7 @@ import os
 from ...dtype import DType
 from ...elementwise.expr import BINARY, LIBM, Expr, topo
 from .codegen import kernels
+from .cpuinfo import TILE_ROW_BYTES
 
 STORAGE = {
     DType.F16: "uint16", DType.BF16: "uint16", DType.F32: "float32", DType.F64: "float64",
@@ -150,7 +151,7 @@ from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
     bitcast, prefer_512_bit_vectors, prefetch)
-from infiniop.backends.cpu.transpose import tile_transpose
+from infiniop.backends.cpu.transpose import tile_transpose, tile_transpose_256
 from infiniop.backends.cpu.arrays import layout_end
 
 OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
@@ -483,15 +484,15 @@ class _Gen:
 
     # -- tiled -----------------------------------------------------------------------------------
     def tiled(self) -> None:
-        """Tiles of R x C elements (``tile_shape``) over (mid, inner): mid is the dim some input
-        is dense along, inner the output's dense dim. Each 't' input (unit stride along mid) is
-        first transposed into a scratch tile, in registers, by rearrange's
-        ``transpose.tile_transpose`` (64-byte rows, edges masked or staged), so the tile's rows read it
-        with unit stride and vectorise; other inputs are read in place. A task is a band of R
-        mid rows (``chunks`` column blocks of it when there are few bands) walked along inner:
-        the output and dense inputs are read and written as R rows of C elements, the staged
-        input as C segments of R; output rows that start on a cache line and are whole lines
-        long are stored non-temporally when ``nt``."""
+        """Tiles of R x C elements (``tile_shape``) over (mid, inner): mid is the dim some input is dense
+        along, inner the output's dense dim. Each 't' input (unit stride along mid) is first
+        transposed into a scratch tile, in registers, by rearrange's
+        ``transpose.tile_transpose`` (64-byte rows; 32-byte on AVX2; edges masked or staged), so
+        the tile's rows read it with unit stride and vectorise; other inputs are read in place.
+        A task is a band of R mid rows (``chunks`` column blocks of it when there are few bands)
+        walked along inner: the output and dense inputs are read and written as R rows of C
+        elements, the staged input as C segments of R; output rows that start on a cache line
+        and are whole lines long are stored non-temporally when ``nt``."""
         args = ", ".join([f"s{j}" for j in range(self.nslots)] + self.params)
         staged = [j for j in range(self.nslots) if self.pattern[j] == "t"]
         R, C = tile_shape(self.isz, staged)
@@ -543,12 +544,13 @@ class _Gen:
             ind2 = ind + "    "
             e(f"{ind2}c1 = min(ce, c0 + {C})")
             for j in staged:
-                lanes = 64 // self.isz[j]
+                lanes = TILE_ROW_BYTES // self.isz[j]
+                fn = "tile_transpose" if TILE_ROW_BYTES == 64 else "tile_transpose_256"
                 # the address is taken where it is used: Numba frees an array after its last use
                 e(f"{ind2}sc{j} = buf{j}.ctypes.data + ((-buf{j}.ctypes.data) & 63)")
                 e(f"{ind2}for i0 in range(0, c1 - c0, {lanes}):")
                 e(f"{ind2}    for j0 in range(0, r1 - r0, {lanes}):")
-                e(f"{ind2}        tile_transpose(mk{j}, s{j} + g{j} * {self.isz[j]}, "
+                e(f"{ind2}        {fn}(mk{j}, s{j} + g{j} * {self.isz[j]}, "
                   f"ro{j} + 8 * (c0 + i0), r0 + j0, sc{j}, to{j} + 8 * j0, i0, "
                   f"min({lanes}, c1 - c0 - i0), min({lanes}, r1 - r0 - j0), False)")
             e(f"{ind2}for rr in range(r0, r1):")

@@ -2,7 +2,9 @@
 
 ``tile_transpose(marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt)`` moves one L x L micro-tile
 of U-byte units (U = ``marker.dtype`` itemsize in {1, 2, 4, 8}, L = 64 / U lanes, so every row
-is one 512-bit register):
+is one 512-bit register; ``tile_transpose_256``: 32-byte rows, L = 32 / U, for AVX2's sixteen
+256-bit registers, where a 64-byte-row float32 tile spilled ~100 registers per tile: the
+elementwise tiled kind uses it on CPUs without AVX-512, ``cpuinfo.TILE_ROW_BYTES``):
 
 - source row i (i < kr) starts at ``src + s_off[i] + c0*U`` and is contiguous: units c0..c0+kc-1
   are read (rows >= kr and lanes >= kc are not touched);
@@ -43,6 +45,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import cpuinfo
 from .intrinsics import sfence as store_fence  # noqa: F401  (re-exported for the kernels)
 
 _I1, _I8, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -54,12 +57,7 @@ def _prefetch_bytes() -> int:
     EPYC host it measured 2-3x faster (32 concurrent row streams are more than its hardware
     prefetcher keeps ahead of); on Intel Xeon (Sapphire Rapids class) the L2 streamer keeps up
     and the prefetches cost 10-20% (ours against a C probe at the same pattern, same process)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            intel = any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
-    except OSError:
-        intel = False
-    return 0 if intel else 512
+    return 0 if cpuinfo.intel() else 512
 
 
 PREFETCH_BYTES = _prefetch_bytes()
@@ -97,8 +95,9 @@ def _blocks(lanes: int, block: int, pick: tuple[int, int]) -> list[int]:
     return [src * lanes + b * block + e for src in (0, 1) for b in pick for e in range(block)]
 
 
-def network(lanes: int):
-    """The shuffles that transpose a ``lanes`` x ``lanes`` tile held in ``lanes`` registers.
+def network(lanes: int, blocks: int = 4):
+    """The shuffles that transpose a ``lanes`` x ``lanes`` tile held in ``lanes`` registers of
+    ``blocks`` 128-bit blocks (4: 512-bit, 2: 256-bit).
 
     Rounds of two-source shuffles on register pairs (r, r | 1 << bit), each one instruction of
     one micro-op (in-block interleaves at 1, 2, 4, ... lanes, then two 128-bit block exchanges:
@@ -106,13 +105,14 @@ def network(lanes: int):
     Returns ``(rounds, order)``: rounds of ``(bit, low mask, high mask)`` (the low result goes to
     register r, the high one to r | 1 << bit), and ``order[j]``: the register that ends up
     holding column j. Checked by simulation."""
-    block = lanes // 4
+    block = lanes // blocks
     rounds = []
     bit, unit = 0, 1
     while unit < block:
         rounds.append((bit, _unpack(lanes, block, unit, False), _unpack(lanes, block, unit, True)))
         bit, unit = bit + 1, unit * 2
-    for pick_lo, pick_hi in (((0, 1), (2, 3)), ((0, 2), (1, 3))):
+    exchanges = (((0, 1), (2, 3)), ((0, 2), (1, 3))) if blocks == 4 else (((0,), (1,)),)
+    for pick_lo, pick_hi in exchanges:
         rounds.append((bit, _blocks(lanes, block, pick_lo), _blocks(lanes, block, pick_hi)))
         bit += 1
     regs = [[(i, j) for j in range(lanes)] for i in range(lanes)]
@@ -152,14 +152,23 @@ def _native_masks(context, unit: int) -> bool:
     return unit >= 4 or "+avx512bw" in features.split(",")
 
 
-@intrinsic
-def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt):
+def _tile_transpose(row_bytes: int):
+    """The ``tile_transpose`` intrinsic for tile rows of ``row_bytes`` (64 or 32) bytes."""
+
+    @intrinsic
+    def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt):
+        return _typed(marker, row_bytes)
+
+    return tile_transpose
+
+
+def _typed(marker, row_bytes: int):
     unit = marker.dtype.bitwidth // 8
     if unit not in (1, 2, 4, 8):
         return None
     sig = types.void(marker, types.int64, types.int64, types.int64, types.int64, types.int64,
                      types.int64, types.int64, types.int64, types.boolean)
-    lanes, bits = 64 // unit, unit * 8
+    lanes, bits = row_bytes // unit, unit * 8
     prefetch_distance = PREFETCH_BYTES
 
     def codegen(context, builder, signature, args):
@@ -182,7 +191,7 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
         r0b = builder.mul(r0_, ir.Constant(_I64, unit))
         prefetch_fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [_PTR, _I32, _I32, _I32]), "llvm.prefetch.p0")
-        shuffles, order = network(lanes)
+        shuffles, order = network(lanes, row_bytes // 16)
 
         def transpose(rows):
             for b, lo, hi in shuffles:
@@ -215,7 +224,7 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
             with builder.if_else(stream, likely=True) as (then_nt, plain):
                 with then_nt:
                     for j in range(lanes):
-                        st = builder.store(rows[j], _vptr(builder, addrs[j], vt), align=64)
+                        st = builder.store(rows[j], _vptr(builder, addrs[j], vt), align=row_bytes)
                         st.set_metadata("nontemporal", _nt_md(builder))
                 with plain:
                     for j in range(lanes):
@@ -225,7 +234,7 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
             phase = addrs[0]
             for a in addrs[1:]:
                 phase = builder.or_(phase, a)
-            return builder.icmp_unsigned("==", builder.and_(phase, ir.Constant(_I64, 63)),
+            return builder.icmp_unsigned("==", builder.and_(phase, ir.Constant(_I64, row_bytes - 1)),
                                          ir.Constant(_I64, 0))
 
         full = builder.and_(builder.icmp_signed("==", kr_, ir.Constant(_I64, lanes)),
@@ -239,7 +248,7 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
             # read and write in place with plain loads.
             def stack_tile():
                 with builder.goto_entry_block():
-                    tile = builder.alloca(ir.ArrayType(_I8, 64 * lanes))
+                    tile = builder.alloca(ir.ArrayType(_I8, row_bytes * lanes))
                     tile.align = 64
                 return builder.ptrtoint(tile, _I64)
 
@@ -252,10 +261,10 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
                     whole_end = builder.basic_block
                 with edge:
                     with cgutils.for_range(builder, kr_) as loop:
-                        at = builder.add(tile_in, builder.mul(loop.index, ir.Constant(_I64, 64)))
+                        at = builder.add(tile_in, builder.mul(loop.index, _I64(row_bytes)))
                         memcpy(builder, at, src_row(loop.index), builder.mul(kc_, _I64(unit)))
-                    edge_src = [builder.add(tile_in, _I64(64 * i)) for i in range(lanes)]
-                    edge_dst = [builder.add(tile_out, _I64(64 * j)) for j in range(lanes)]
+                    edge_src = [builder.add(tile_in, _I64(row_bytes * i)) for i in range(lanes)]
+                    edge_dst = [builder.add(tile_out, _I64(row_bytes * j)) for j in range(lanes)]
                     edge_end = builder.basic_block
 
             def join(whole_v, edge_v, ty=_I64):
@@ -271,7 +280,7 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
             store_rows(rows, dsts, stream)
             with builder.if_then(builder.not_(full), likely=False):
                 with cgutils.for_range(builder, kc_) as loop:
-                    at = builder.add(tile_out, builder.mul(loop.index, ir.Constant(_I64, 64)))
+                    at = builder.add(tile_out, builder.mul(loop.index, _I64(row_bytes)))
                     memcpy(builder, dst_row(loop.index), at, builder.mul(kr_, _I64(unit)))
             return context.get_dummy_value()
 
@@ -305,6 +314,11 @@ def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+
+tile_transpose = _tile_transpose(64)
+tile_transpose_256 = _tile_transpose(32)  # AVX2 (16 registers): cpuinfo.TILE_ROW_BYTES
 
 
 @intrinsic

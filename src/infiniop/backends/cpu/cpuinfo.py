@@ -1,0 +1,37 @@
+"""What this CPU is, from ``/proc/cpuinfo`` (no Numba or LLVM import: kernel sources are
+generated in processes that never start Numba)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+
+@cache
+def _fields() -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key and key not in out:
+                    out[key] = value.strip()
+                if not line.strip() and out:
+                    break  # the first processor is enough
+    except OSError:
+        pass
+    return out
+
+
+def intel() -> bool:
+    return _fields().get("vendor_id") == "GenuineIntel"
+
+
+def avx512() -> bool:
+    """AVX-512F: 32 vector registers of 64 bytes (AVX2: 16 of 32)."""
+    return "avx512f" in _fields().get("flags", "").split()
+
+
+# Rows of the elementwise tiled kind's micro-tiles: a 16 x 16 float32 tile is 16 registers on
+# AVX-512, but 32 of AVX2's 16 (LLVM spilled ~100 of them per tile on an AMD EPYC)
+TILE_ROW_BYTES = 64 if avx512() else 32
