@@ -134,7 +134,28 @@ def test_gpu_benchmark_script_runs(tmp_path):
     rows = got["rows"]
     assert {r["op"] for r in rows} == {"sub", "clip", "rearrange"}
     assert got["per_call_4k"]["ours"] > 0 and got["per_call_4k"]["torch"] > 0
-    assert all(r["ours_us"] > 0 and r["torch_us"] > 0 for r in rows)
+    assert all(r["ours_us"] > 0 and r["torch_us"] > 0 and r["pct_same_size_copy"] > 0
+               for r in rows)
+
+
+def test_gpu_tile_sweep_script_without_a_gpu():
+    """benchmarks/sweep_gpu_tiles.py: its rows are bench_gpu.py's transposed ones; without a
+    GPU (or under the interpreter) it says so and exits 0."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "benchmarks"))
+    try:
+        import sweep_gpu_tiles
+    finally:
+        sys.path.pop(0)
+    rows = sweep_gpu_tiles.rows(64, (2, 8, 5, 7))
+    assert [r[3] for r in rows].count("transposed") == 3 and len(rows) == 9
+    p = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "sweep_gpu_tiles.py")],
+                       env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "nothing to time" in p.stdout, (p.stdout + p.stderr)[-2000:]
 
 
 def test_device_fast_path_takes_only_what_the_descriptor_describes():
