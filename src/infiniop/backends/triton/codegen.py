@@ -312,6 +312,43 @@ def flat_source(program, pattern: str, tag: str = "ew") -> KernelSource:
                         tuple(scalars), ("BLOCK",), _param_types(program))
 
 
+def _stride_names(pattern: str, inner: int) -> list[str]:
+    """Each slot's outer strides, and its innermost one where it is general ('g')."""
+    out = []
+    for j, cls in enumerate(pattern):
+        out += [f"s{j}_{d}" for d in range(inner)] + ([f"s{j}_{inner}"] if cls == "g" else [])
+    return out
+
+
+def _decompose(emit, indent: str, index: str, ndims: int) -> None:
+    """Indices ``i0..i{ndims-1}`` of the flat ``index`` over dims with extents ``e1..``."""
+    if ndims > 0:
+        emit(f"{indent}rem = {index}")
+        for d in range(ndims - 1, 0, -1):
+            emit(f"{indent}i{d} = rem % e{d}")
+            emit(f"{indent}rem = rem // e{d}")
+        emit(f"{indent}i0 = rem")
+
+
+def _tile_body(b: _Body, emit, indent: str, ptrs: list[str], pattern: str, inner: int) -> None:
+    """Loads, expression and stores of a ``BR x BC`` tile: slot j's rows start at ``ro{j}``,
+    its columns move by its innermost stride class; ``rmask``/``mask`` are the tile's masks."""
+
+    def col(j: int) -> str:
+        cls = pattern[j]
+        return ("c[None, :]" if cls == "1" else f"(c * s{j}_{inner})[None, :]" if cls == "g"
+                else "(c * 0)[None, :]")
+
+    def src(j: int) -> str:
+        if pattern[j] == "0":
+            return f"tl.load({ptrs[j]} + ro{j}, mask=rmask)"
+        return f"tl.load({ptrs[j]} + ro{j} + {col(j)}, mask=mask)"
+
+    b.loads(emit, indent, src, True)
+    b.loads(emit, indent, src, False)
+    b.compute(emit, indent, lambda j: f"{ptrs[j]} + ro{j} + {col(j)}")
+
+
 def strided_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelSource:
     """The general kernel for a normalised layout of rank ``ndim`` (>= 1)."""
     b = _Body(program, pattern)
@@ -319,11 +356,7 @@ def strided_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelS
     ptrs = [f"s{j}_ptr" for j in range(nslots)]
     inner = ndim - 1
     extents = [f"e{d}" for d in range(1, ndim - 1)]  # outer extents but the outermost
-    strides = []
-    for j in range(nslots):
-        strides += [f"s{j}_{d}" for d in range(inner)]
-        if pattern[j] == "g":
-            strides.append(f"s{j}_{inner}")
+    strides = _stride_names(pattern, inner)
     scalars = ["rows", "inner", "tiles_c", "tiles_per_prog", "nprog"] + extents + strides
     no_spec = [s for s in scalars if s in _BOOKKEEPING] + [p for p in b.pnames if "_" in p]
     params = ptrs + scalars + b.pnames + ["BR: tl.constexpr", "BC: tl.constexpr"]
@@ -341,30 +374,12 @@ def strided_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelS
     e("        c = tc * BC + lc")
     e("        rmask = (r < rows)[:, None]")
     e("        mask = rmask & (c < inner)[None, :]")
-    if inner > 0:
-        e("        rem = r")
-        for d in range(inner - 1, 0, -1):
-            e(f"        i{d} = rem % e{d}")
-            e(f"        rem = rem // e{d}")
-        e("        i0 = rem")
+    _decompose(e, "        ", "r", inner)
     for j in range(nslots):
         terms = [f"i{d} * s{j}_{d}" for d in range(inner)]
         row = " + ".join(terms) if terms else "r * 0"
         e(f"        ro{j} = ({row})[:, None]")
-
-    def col(j: int) -> str:
-        cls = pattern[j]
-        return ("c[None, :]" if cls == "1" else f"(c * s{j}_{inner})[None, :]" if cls == "g"
-                else "(c * 0)[None, :]")
-
-    def src(j: int) -> str:
-        if pattern[j] == "0":
-            return f"tl.load({ptrs[j]} + ro{j}, mask=rmask)"
-        return f"tl.load({ptrs[j]} + ro{j} + {col(j)}, mask=mask)"
-
-    b.loads(e, "        ", src, True)
-    b.loads(e, "        ", src, False)
-    b.compute(e, "        ", lambda j: f"{ptrs[j]} + ro{j} + {col(j)}")
+    _tile_body(b, e, "        ", ptrs, pattern, inner)
     e("        tile += nprog")
     source = "\n".join(L) + "\n"
     return KernelSource(f"{tag}_strided{ndim}_{pattern}", source,
@@ -386,11 +401,7 @@ def tiled_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelSou
     ptrs = [f"s{j}_ptr" for j in range(nslots)]
     inner, mid = ndim - 1, ndim - 2
     extents = [f"e{d}" for d in range(1, mid)]  # outer extents but the outermost
-    strides = []
-    for j in range(nslots):
-        strides += [f"s{j}_{d}" for d in range(inner)]
-        if pattern[j] == "g":
-            strides.append(f"s{j}_{inner}")
+    strides = _stride_names(pattern, inner)
     scalars = ["tiles", "tiles_c", "tiles_rc", "tiles_per_prog", "nprog", "mid", "inner"]
     scalars += extents + strides
     no_spec = [s for s in scalars if s in _BOOKKEEPING] + [p for p in b.pnames if "_" in p]
@@ -412,29 +423,11 @@ def tiled_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelSou
     e("            c = tc * BC + lc")
     e("            rmask = (r < mid)[:, None]")
     e("            mask = rmask & (c < inner)[None, :]")
-    if mid > 0:
-        e("            rem = o")
-        for d in range(mid - 1, 0, -1):
-            e(f"            i{d} = rem % e{d}")
-            e(f"            rem = rem // e{d}")
-        e("            i0 = rem")
+    _decompose(e, "            ", "o", mid)
     for j in range(nslots):
         terms = [f"i{d} * s{j}_{d}" for d in range(mid)] + [f"r * s{j}_{mid}"]
         e(f"            ro{j} = ({' + '.join(terms)})[:, None]")
-
-    def col(j: int) -> str:
-        cls = pattern[j]
-        return ("c[None, :]" if cls == "1" else f"(c * s{j}_{inner})[None, :]" if cls == "g"
-                else "(c * 0)[None, :]")
-
-    def src(j: int) -> str:
-        if pattern[j] == "0":
-            return f"tl.load({ptrs[j]} + ro{j}, mask=rmask)"
-        return f"tl.load({ptrs[j]} + ro{j} + {col(j)}, mask=mask)"
-
-    b.loads(e, "            ", src, True)
-    b.loads(e, "            ", src, False)
-    b.compute(e, "            ", lambda j: f"{ptrs[j]} + ro{j} + {col(j)}")
+    _tile_body(b, e, "            ", ptrs, pattern, inner)
     e("        tile += nprog")
     source = "\n".join(L) + "\n"
     return KernelSource(f"{tag}_tiled{ndim}_{pattern}", source,
