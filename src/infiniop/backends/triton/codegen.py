@@ -394,8 +394,10 @@ def tiled_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelSou
     compares with that dim's extent ``mid`` (specialised, like every layout scalar), so the
     compiler sees runs of 16 rows contiguous and uniformly masked and moves the transposed
     operand in vectors too. (The strided kernel's rows span every outer dim: there a row index
-    is divided by the extents and masked against the unspecialised ``rows``, and an H200 read a
-    transposed float16 operand in scalar loads.)"""
+    is divided by the extents and masked against the unspecialised ``rows``: its sm_90 PTX reads
+    a transposed operand one element per load, ``ld.global.b16`` for float16, where this one has
+    ``ld.global.v4.b32``; on an H200, NCHW->NHWC float16 went from 47% to 88% of the copy
+    bandwidth.)"""
     b = _Body(program, pattern)
     nslots = len(program.slots)
     ptrs = [f"s{j}_ptr" for j in range(nslots)]
