@@ -349,6 +349,18 @@ def _tile_body(b: _Body, emit, indent: str, ptrs: list[str], pattern: str, inner
     b.compute(emit, indent, lambda j: f"{ptrs[j]} + ro{j} + {col(j)}")
 
 
+def _tile_prologue(b: _Body, ptrs: list[str], scalars: list[str]) -> list[str]:
+    """The module lines of a ``BR x BC`` tile kernel up to its tile loop: header (bookkeeping
+    scalars unspecialised), program id, lane ranges, decoded parameters."""
+    no_spec = [s for s in scalars if s in _BOOKKEEPING] + [p for p in b.pnames if "_" in p]
+    params = ptrs + scalars + b.pnames + ["BR: tl.constexpr", "BC: tl.constexpr"]
+    L = [PRELUDE, _kernel_header(params, no_spec),
+         "    tile = tl.program_id(0).to(tl.int64)",
+         "    lr = tl.arange(0, BR).to(tl.int64)",
+         "    lc = tl.arange(0, BC).to(tl.int64)"]
+    return L + [f"    {line}" for line in b.pdecode]
+
+
 def strided_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelSource:
     """The general kernel for a normalised layout of rank ``ndim`` (>= 1)."""
     b = _Body(program, pattern)
@@ -358,15 +370,8 @@ def strided_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelS
     extents = [f"e{d}" for d in range(1, ndim - 1)]  # outer extents but the outermost
     strides = _stride_names(pattern, inner)
     scalars = ["rows", "inner", "tiles_c", "tiles_per_prog", "nprog"] + extents + strides
-    no_spec = [s for s in scalars if s in _BOOKKEEPING] + [p for p in b.pnames if "_" in p]
-    params = ptrs + scalars + b.pnames + ["BR: tl.constexpr", "BC: tl.constexpr"]
-    L = [PRELUDE, _kernel_header(params, no_spec)]
+    L = _tile_prologue(b, ptrs, scalars)
     e = L.append
-    e("    tile = tl.program_id(0).to(tl.int64)")
-    e("    lr = tl.arange(0, BR).to(tl.int64)")
-    e("    lc = tl.arange(0, BC).to(tl.int64)")
-    for line in b.pdecode:
-        e(f"    {line}")
     e("    for _ in range(0, tiles_per_prog):")
     e("        tr = tile // tiles_c")
     e("        tc = tile - tr * tiles_c")
@@ -406,15 +411,8 @@ def tiled_source(program, pattern: str, ndim: int, tag: str = "ew") -> KernelSou
     strides = _stride_names(pattern, inner)
     scalars = ["tiles", "tiles_c", "tiles_rc", "tiles_per_prog", "nprog", "mid", "inner"]
     scalars += extents + strides
-    no_spec = [s for s in scalars if s in _BOOKKEEPING] + [p for p in b.pnames if "_" in p]
-    params = ptrs + scalars + b.pnames + ["BR: tl.constexpr", "BC: tl.constexpr"]
-    L = [PRELUDE, _kernel_header(params, no_spec)]
+    L = _tile_prologue(b, ptrs, scalars)
     e = L.append
-    e("    tile = tl.program_id(0).to(tl.int64)")
-    e("    lr = tl.arange(0, BR).to(tl.int64)")
-    e("    lc = tl.arange(0, BC).to(tl.int64)")
-    for line in b.pdecode:
-        e(f"    {line}")
     e("    for _ in range(0, tiles_per_prog):")
     e("        if tile < tiles:  # a grid-stride loop may pass the last tile")
     e("            o = tile // tiles_rc")
