@@ -10,6 +10,8 @@
 - ``sfence()``: orders the weakly-ordered NT stores before the kernel returns.
 - ``prefetch(ptr, i)``: asks for the cache line of ``ptr[i]`` (``prefetcht0``): a row kernel
   reads its next row from memory while it streams out the current one.
+- ``stack_scratch(nbytes)``: the address of a 64-byte aligned stack buffer of a constant size,
+  allocated once per call of the function compiled (in its entry block), not per loop trip.
 - ``f16_to_f32(u16)`` / ``f32_to_f16(f32)``: IEEE half conversions through LLVM's ``half`` type
   (F16C ``vcvtph2ps``/``vcvtps2ph``): exact, round-to-nearest-even, NaN stays NaN.
 """
@@ -147,6 +149,22 @@ def bitcast(typingctx, value, dtype):
 
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], context.get_value_type(to))
+
+    return sig, codegen
+
+
+@intrinsic
+def stack_scratch(typingctx, nbytes):
+    if not isinstance(nbytes, types.IntegerLiteral):
+        return None
+    size = nbytes.literal_value
+    sig = types.intp(nbytes)
+
+    def codegen(context, builder, signature, args):
+        with builder.goto_entry_block():
+            buf = builder.alloca(ir.ArrayType(ir.IntType(8), size))
+            buf.align = 64
+        return builder.ptrtoint(buf, ir.IntType(64))
 
     return sig, codegen
 
