@@ -147,9 +147,12 @@ class _Gen:
             base = f"s{j}" if self.kinds[j] == "col" else f"s{j} + g{j} * {self.isz[j]}"
             self.e(f"{indent}q{j} = address_as_pointer({base}, np.{self.st[j]})")
 
-    def scratch(self, indent: str, shape: str, cache_shape: str) -> None:
+    def scratch(self, indent: str, shape: str, cache_shape: str, pingpong: bool = False) -> None:
+        """Per task: the reductions' lanes (``pingpong``: twice as many for maxima, see
+        :meth:`max_chunks`) and the cached row."""
         for k, r in enumerate(self.reds):
-            self.e(f"{indent}acc{k} = np.empty({shape}, {NP[r.dtype]})")
+            size = f"2 * {shape}" if pingpong and r.op == "max" else shape
+            self.e(f"{indent}acc{k} = np.empty({size}, {NP[r.dtype]})")
         c = self.p.cached
         if c is not None:
             self.e(f"{indent}cache = np.empty({cache_shape}, {NP[c.dtype]})")
@@ -173,7 +176,7 @@ class _Gen:
         e(f"    for t in {'prange' if par else 'range'}(ntask):")
         if par:
             self.wide("        ")
-        self.scratch("        ", "lp", "max(n, 1)")
+        self.scratch("        ", "lp", "max(n, 1)", pingpong=True)
         e("        r1 = min(rows, (t + 1) * per_task)")
         e("        for r in range(t * per_task, r1):")
         I = "            "
@@ -209,7 +212,10 @@ class _Gen:
                 e(f"{I}for l in range(lv):")
                 e(f"{I}    acc{k}[l] = {_const(IDENTITY[self.reds[k].op], self.reds[k].dtype)}")
             roots, inames = self.hoisted(I, roots, names, f"h{s}_")
+            ks = range(k0, k0 + len(stage))
+            maxes = [k for k in ks if self.reds[k].op == "max"]
             e(f"{I}for c0 in range(0, v, lp):")
+            self.max_chunks(I + "    ", maxes, "start")
             e(f"{I}    for l in range(min(lp, v - c0)):")
             J = I + "        "
             e(f"{J}j = c0 + l")
@@ -219,12 +225,18 @@ class _Gen:
                 e(J + line)
             for i, r in enumerate(stage):
                 k = k0 + i
-                e(f"{J}acc{k}[l] = {self.combine(k, f'acc{k}[l]', outs[i])}")
+                if k in maxes:
+                    e(f"{J}dst{k}[l] = {self.combine(k, f'src{k}[l]', outs[i])}")
+                else:
+                    e(f"{J}acc{k}[l] = {self.combine(k, f'acc{k}[l]', outs[i])}")
                 if r.cached:
                     e(f"{J}pcache[j] = {outs[i]}")
-            for k in range(k0, k0 + len(stage)):
-                self.halve(I, k)
-                e(f"{I}st{k} = acc{k}[0]")
+            self.max_chunks(I + "    ", maxes, "end")
+            self.max_chunks(I, maxes, "result")
+            for k in ks:
+                a = f"res{k}" if k in maxes else f"acc{k}"
+                self.halve(I, k, a)
+                e(f"{I}st{k} = {a}[0]")
             k0 += len(stage)
         self.row_outputs(I, names)
         self.stat_outputs(I, "", "0")
@@ -232,17 +244,43 @@ class _Gen:
             # the passes reach the scratch row through pcache only: this use keeps ``cache``
             # alive (Numba frees an array after its last use in the function's IR)
             e("        cache[0] = cache[0]")
+        for k, r in enumerate(self.reds):  # the maxima's lanes, reached through pointers too
+            if r.op == "max":
+                e(f"        acc{k}[0] = acc{k}[0]")
         if self.stream:  # once per task: the rows' non-temporal stores drain meanwhile
             e("        if cfg:")
             e("            sfence()")
 
-    def halve(self, I: str, k: int) -> None:
+    def max_chunks(self, I: str, maxes: list[int], part: str) -> None:
+        """A maximum's lanes alternate between the two halves of ``acc<k>``: chunk c reads
+        ``src<k>`` and writes ``dst<k>``. Updated in place (``a[l] = max(a[l], x)``), LLVM turns
+        the update into a store of x where x wins, vectorised as a masked store
+        (``vmaskmovps``), which AMD Zen CPUs run in microcode: the max pass of a 4096 x 4096
+        float32 softmax took 3.8 of its 14.8 ms on an EPYC. Same operations, same order.
+        ``part``: 'start' (pointers for chunk ``c0``), 'end' (lanes past a short chunk carried
+        over), 'result' (``res<k>``: the half holding the lanes after the last chunk)."""
+        e = self.e
+        for k in maxes:
+            T = NP[self.reds[k].dtype]
+            isz = 8 if self.reds[k].dtype == "f64" else 4
+            if part == "start":
+                e(f"{I}o{k} = ((c0 // lp) & 1) * lp * {isz}")
+                e(f"{I}src{k} = address_as_pointer(acc{k}.ctypes.data + o{k}, {T})")
+                e(f"{I}dst{k} = address_as_pointer(acc{k}.ctypes.data + lp * {isz} - o{k}, {T})")
+            elif part == "end":
+                e(f"{I}for l in range(min(lp, v - c0), lv):")
+                e(f"{I}    dst{k}[l] = src{k}[l]")
+            else:
+                e(f"{I}res{k} = address_as_pointer(acc{k}.ctypes.data + "
+                  f"(((v + lp - 1) // lp) & 1) * lp * {isz}, {T})")
+
+    def halve(self, I: str, k: int, a: str) -> None:
         """The lanes of acc<k> halve pairwise (lane l takes l + h, h = L/2, L/4, ... 1), two
         levels per sweep: ``(a[l] . a[l+h]) . (a[l+q] . a[l+h+q])`` with q = h/2 is the same
         operations in the same order as two sweeps, with half the loads and stores. It starts
         at ``lv`` lanes: a causal row's lanes from lv on would hold identities, and combining
         an identity (-0.0 for sums, -inf for max) leaves every value's bits as they are."""
-        e, a = self.e, f"acc{k}"
+        e = self.e
         e(f"{I}h = lv >> 1")
         e(f"{I}while h > 1:")
         e(f"{I}    q = h >> 1")
