@@ -176,6 +176,32 @@ def test_norms_follow_the_reduction_order_bit_for_bit(handle, dtype, n):
     assert_exact(y, want.astype(dtype))
 
 
+ROW_MAX = infiniop.row_operator("test_row_max", "y:out, mx:out:stat, x",
+                                lambda m, x: (x - m.max(x), m.max(x)), axis="axis")
+
+
+@pytest.mark.parametrize("n", [7, 1024, 2500, 3000])
+def test_max_follows_the_reduction_order_bit_for_bit(handle, n, monkeypatch):
+    """The row maximum (lanes in two alternating halves on the CPU) gives exactly the bits of
+    the fixed order, zeros of both signs and NaN included, along a contiguous axis (row kind)
+    and a strided one (col kind: lanes updated an odd or even number of times), serial and
+    parallel."""
+    rng = np.random.default_rng(n)
+    x = draw(rng, np.float32, (5, n), 3)
+    x[rng.random(x.shape) < 0.3] = -0.0
+    x[1] = rng.choice(np.float32([0.0, -0.0]), n)
+    x[2, n // 2] = np.nan
+    x[3] = -np.inf
+    for threshold in (1 << 40, 1):
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", threshold)
+        for v, axis in ((x, 1), (np.ascontiguousarray(x.T), 0)):
+            y, mx = ROW_MAX(v, axis=axis)
+            want = ordered(x, "max")
+            assert_exact(mx, want)
+            with np.errstate(invalid="ignore"):
+                assert_exact(y, v - (want[:, None] if axis == 1 else want[None, :]))
+
+
 # --------------------------------------------------------------------------------- values
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=["f16", "bf16", "f32", "f64"])

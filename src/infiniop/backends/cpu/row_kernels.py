@@ -147,12 +147,12 @@ class _Gen:
             base = f"s{j}" if self.kinds[j] == "col" else f"s{j} + g{j} * {self.isz[j]}"
             self.e(f"{indent}q{j} = address_as_pointer({base}, np.{self.st[j]})")
 
-    def scratch(self, indent: str, shape: str, cache_shape: str, pingpong: bool = False) -> None:
-        """Per task: the reductions' lanes (``pingpong``: twice as many for maxima, see
-        :meth:`max_chunks`) and the cached row."""
+    def scratch(self, indent: str, shape: str, cache_shape: str) -> None:
+        """Per task: the reductions' lanes (``shape`` formatted with the number of lanes: twice
+        ``lp`` for maxima, see :meth:`max_chunks`) and the cached row."""
         for k, r in enumerate(self.reds):
-            size = f"2 * {shape}" if pingpong and r.op == "max" else shape
-            self.e(f"{indent}acc{k} = np.empty({size}, {NP[r.dtype]})")
+            lanes = "2 * lp" if r.op == "max" else "lp"
+            self.e(f"{indent}acc{k} = np.empty({shape.format(lanes=lanes)}, {NP[r.dtype]})")
         c = self.p.cached
         if c is not None:
             self.e(f"{indent}cache = np.empty({cache_shape}, {NP[c.dtype]})")
@@ -176,7 +176,7 @@ class _Gen:
         e(f"    for t in {'prange' if par else 'range'}(ntask):")
         if par:
             self.wide("        ")
-        self.scratch("        ", "lp", "max(n, 1)", pingpong=True)
+        self.scratch("        ", "{lanes}", "max(n, 1)")
         e("        r1 = min(rows, (t + 1) * per_task)")
         e("        for r in range(t * per_task, r1):")
         I = "            "
@@ -427,7 +427,7 @@ class _Gen:
         e(f"    for t in {'prange' if par else 'range'}(ntask):")
         if par:
             self.wide("        ")
-        self.scratch("        ", "(lp, cb)", "(max(n, 1), cb)")
+        self.scratch("        ", "({lanes}, cb)", "(max(n, 1), cb)")
         for k, r in enumerate(self.reds):
             e(f"        st{k} = np.empty(cb, {NP[r.dtype]})")
         e("        b1 = min(total, (t + 1) * per_task)")
@@ -459,6 +459,9 @@ class _Gen:
                 e(f"{I}        acc{k}[l, c] = {_const(IDENTITY[self.reds[k].op], self.reds[k].dtype)}")
             e(f"{I}for j in range(n):")
             e(f"{I}    l = j & (lp - 1)")
+            if any(self.reds[k].op == "max" for k in range(k0, k0 + len(stage))):
+                e(f"{I}    ls = l + ((j // lp) & 1) * lp")   # see max_chunks
+                e(f"{I}    ld = l + lp - ((j // lp) & 1) * lp")
             self.loads(I + "    ", used, lambda j: is_col[j])
             e(f"{I}    for c in range(cw):")
             J = I + "        "
@@ -468,10 +471,16 @@ class _Gen:
                 e(J + line)
             for i, r in enumerate(stage):
                 k = k0 + i
-                e(f"{J}acc{k}[l, c] = {self.combine(k, f'acc{k}[l, c]', outs[i])}")
+                if self.reds[k].op == "max":
+                    e(f"{J}acc{k}[ld, c] = {self.combine(k, f'acc{k}[ls, c]', outs[i])}")
+                else:
+                    e(f"{J}acc{k}[l, c] = {self.combine(k, f'acc{k}[l, c]', outs[i])}")
                 if r.cached:
                     e(f"{J}cache[j, c] = {outs[i]}")
             for k in range(k0, k0 + len(stage)):
+                if self.reds[k].op == "max":
+                    self.col_max_tree(I, k)
+                    continue
                 e(f"{I}h = lp >> 1")
                 e(f"{I}while h > 0:")
                 e(f"{I}    for l in range(h):")
@@ -499,6 +508,28 @@ class _Gen:
         if any(kd == "stat" for kd in self.kinds):
             e(f"{I}for c in range(cw):")
             self.stat_outputs(I + "    ", "[c]", "c * i{j}")
+
+    def col_max_tree(self, I: str, k: int) -> None:
+        """The col kind's maximum, as :meth:`max_chunks` does it: lane l's last value is in the
+        half its number of updates (elements j = l mod lp) says; odd ones move to the first
+        half, then each level of the pairwise tree writes the other half."""
+        e, a = self.e, f"acc{k}"
+        e(f"{I}for l in range(lp):")
+        e(f"{I}    if ((n - l + lp - 1) // lp) & 1:")
+        e(f"{I}        for c in range(cw):")
+        e(f"{I}            {a}[l, c] = {a}[l + lp, c]")
+        e(f"{I}hs = 0")
+        e(f"{I}h = lp >> 1")
+        e(f"{I}while h > 0:")
+        e(f"{I}    hd = lp - hs")
+        e(f"{I}    for l in range(h):")
+        e(f"{I}        for c in range(cw):")
+        e(f"{I}            {a}[hd + l, c] = {self.combine(k, f'{a}[hs + l, c]', f'{a}[hs + l + h, c]')}")
+        e(f"{I}    hs = hd")
+        e(f"{I}    h >>= 1")
+        e(f"{I}for c in range(cw):")
+        e(f"{I}    st{k}[c] = {a}[hs, c]")
+
 
 def source(program, kind: str, pattern: str, inner: str, stream: bool, operands: list[int],
            pairs: list[tuple[int, int]]) -> str:
