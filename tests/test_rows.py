@@ -412,6 +412,36 @@ def test_threads_and_parallel_kernels_give_the_same_bits(handle, monkeypatch):
         runtime.set_num_threads(before)
 
 
+def test_streamed_fp16_rows_are_staged_exactly(handle, monkeypatch):
+    """fp16 row outputs streamed through a stack chunk (row_kernels' ``staged_block``): rows
+    of odd length (a partial block and a tail), outputs starting 2 bytes past a 64-byte line
+    (a peeled head), two outputs at once (layer_norm) and causal rows; the same bits as the
+    serial loop with ordinary stores."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    rng = np.random.default_rng(12)
+    x = draw(rng, np.float16, (6, 2051), 3)
+    w = draw(rng, np.float16, (2051,))
+
+    def calls(out):
+        return [run(handle, "rms_norm", [out()], [x, w], epsilon=1e-6)[0],
+                run(handle, "softmax", [out()], [x])[0],
+                run(handle, "causal_softmax", [out()], [x])[0],
+                *run(handle, "layer_norm", [out(), out(), np.empty(6, np.float16)], [x, w, w])]
+
+    base = calls(lambda: np.empty_like(x))
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+
+    def offset_out():  # 64-byte aligned rows of 2051 + 29 elements, starting 2 bytes in
+        buf = infiniop.empty_aligned((6 * 2080 + 1,), np.float16)
+        return buf[1:].reshape(6, 2080)[:, :2051]
+
+    for out in (lambda: infiniop.empty_aligned(x.shape, np.float16), offset_out):
+        for got, want in zip(calls(out), base):
+            assert_exact(got, want)
+
+
 def test_large_rows_parallel(handle):
     """Over the parallel threshold, with streamed (non-temporal) stores: (2048, 4096) rms_norm
     and a strided-axis softmax against the references."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 
+from ...dtype import DType
 from ...elementwise.expr import topo
 from ...rows.spec import IDENTITY, LANES, hoist
 from .codegen import kernels
@@ -385,6 +386,9 @@ class _Gen:
                 e(f"{I}        for jp in range(head + {k} * i0, min(head + {k} * i0 + {_BLOCK}, "
                   f"{end}), {64 // self.isz[j]}):")
                 e(f"{I}            prefetch(qn{j}, jp)")
+        if k > 1 and all(self.slots[j].dtype is DType.F16 for j in outs_j):
+            self.staged_block(I + "    ", outs_j, k, values)
+            return
         e(f"{I}    for i in range(i0, min(i0 + {_BLOCK // k}, words)):")
         J = I + "        "
         lanes = []
@@ -396,6 +400,25 @@ class _Gen:
                 e(f"{J}nt_store(q{j}, j, {lanes[0][n]})")
                 continue
             e(f"{J}nt_store(w{j}, i, {packed_word([lane[n] for lane in lanes], 32 // k)})")
+
+    def staged_block(self, I: str, outs_j: list[int], k: int, values) -> None:
+        """One block of fp16 outputs computed into a stack chunk with ordinary stores (F16C
+        converts straight to it), then streamed from L1 as words, as elementwise_kernels'
+        ``staged_loop`` does. Measured on an AMD EPYC (AVX2): rms_norm (8192, 4096) 8.3 -> 5.9
+        ms; bf16 outputs keep the packed loop (staged, 7.0 -> 8.2 ms)."""
+        e = self.e
+        for j in outs_j:
+            e(f"{I}sc{j} = stack_scratch({_BLOCK * 2})")
+            e(f"{I}sh{j} = address_as_pointer(sc{j}, np.uint16)")
+            e(f"{I}sw{j} = address_as_pointer(sc{j}, np.uint32)")
+        e(f"{I}cw = min(i0 + {_BLOCK // k}, words) - i0")
+        e(f"{I}for u in range(cw * {k}):")
+        e(f"{I}    j = head + {k} * i0 + u")
+        for j, v in zip(outs_j, values(I + "    ", "o_")):
+            e(f"{I}    sh{j}[u] = {v}")
+        e(f"{I}for i in range(cw):")
+        for j in outs_j:
+            e(f"{I}    nt_store(w{j}, i0 + i, sw{j}[i])")
 
     def stat_outputs(self, I: str, sub: str, index: str) -> None:
         p, e = self.p, self.e
