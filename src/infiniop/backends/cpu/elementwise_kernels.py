@@ -299,8 +299,9 @@ class _Gen:
 
     def compute(self, indent: str, ptr: str, index: str, stride: str = "st",
                 lane: str = "", raw: bool = False) -> list:
-        """Load and compute one element; the values to store, per written slot (storage type).
-        ``lane`` keeps the names of several elements computed side by side apart."""
+        """Load and compute one element; the values to store, per written slot (storage type;
+        ``raw``: (value, compute type) pairs, unconverted). ``lane`` keeps the names of several
+        elements computed side by side apart."""
         var = f"x{lane}_" if lane else "x"
         self.loads(indent, ptr, index, False, stride, var)
         nin = max([s.load for s in self.slots if s.load is not None], default=-1) + 1
@@ -394,7 +395,8 @@ class _Gen:
         """``count`` elements from the pointers ``<ptr><j>`` with non-temporal stores. ``start``
         (formatted with ``j``) is the byte address of element 0 of written slot j, 64-byte
         aligned: outputs narrower than 4 bytes are stored as whole words from there
-        (``packed_loop``), then the last ``count % k`` elements with ordinary stores."""
+        (``packed_loop``, or ``staged_loop`` for bodies of STAGE_MIN_NODES nodes or more), then
+        the last ``count % k`` elements with ordinary stores."""
         k = self.packing()
         if k == 1:
             self.loop(indent, ptr, count, nt=True)
