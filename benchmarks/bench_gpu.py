@@ -128,6 +128,65 @@ def rearrange_rows(side: int, nchw):
     return rows
 
 
+def activation_rows(side: int):
+    """The math activations (issue 11) on ``side * side / 2`` elements: our vectorised,
+    CPU-identical math against torch's own kernels (which allocate their output)."""
+    import torch.nn.functional as F
+
+    def act(op, tfn):
+        def make(dev, dt, shape):
+            x = (4 * torch.randn(shape, device=dev)).to(dt)
+            y = torch.empty_like(x)
+            d = getattr(infiniop, f"create_{op}_descriptor")(H, _td(y), _td(x))
+            nbytes = 2 * x.numel() * x.element_size()
+            return (lambda: (d.calculate(None, y, x), y)[1]), (lambda: tfn(x)), nbytes
+        return make
+
+    shape = (side // 2, side)
+    return [(op, dt, shape, "contiguous", act(op, tfn))
+            for op, tfn in (("silu", F.silu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh),
+                            ("gelu", F.gelu))
+            for dt in (torch.float32, torch.float16, torch.bfloat16)]
+
+
+def normalisation_rows(smoke: bool):
+    """The row operators (issue 12) at the LLaMA prefill shapes, against torch's kernels: rms_norm
+    (``F.rms_norm``), softmax, and causal_softmax against the mask-then-softmax a torch user
+    writes (two kernels). Bytes: the input read once, the output written once."""
+    import torch.nn.functional as F
+
+    def rms(dev, dt, shape):
+        x, w = torch.randn(shape, device=dev).to(dt), torch.rand(shape[-1], device=dev).to(dt)
+        y = torch.empty_like(x)
+        d = infiniop.create_rms_norm_descriptor(H, _td(y), _td(x), _td(w), epsilon=1e-6)
+        return ((lambda: (d.calculate(None, y, x, w), y)[1]),
+                (lambda: F.rms_norm(x, (shape[-1],), w, 1e-6)), 2 * x.numel() * x.element_size())
+
+    def softmax(dev, dt, shape):
+        x = (4 * torch.randn(shape, device=dev)).to(dt)
+        y = torch.empty_like(x)
+        d = infiniop.create_softmax_descriptor(H, _td(y), _td(x), axis=-1)
+        return ((lambda: (d.calculate(None, y, x), y)[1]), (lambda: torch.softmax(x, -1)),
+                2 * x.numel() * x.element_size())
+
+    def causal(dev, dt, shape):
+        x = (4 * torch.randn(shape, device=dev)).to(dt)
+        y = torch.empty_like(x)
+        n, m = shape[-2:]
+        masked = torch.ones(n, m, device=dev, dtype=torch.bool).triu(m - n + 1)
+        d = infiniop.create_causal_softmax_descriptor(H, _td(y), _td(x))
+        return ((lambda: (d.calculate(None, y, x), y)[1]),
+                (lambda: torch.softmax(x.masked_fill(masked, float("-inf")), -1)),
+                2 * x.numel() * x.element_size())
+
+    shapes = ({"rms_norm": (64, 256), "softmax": (64, 256), "causal_softmax": (2, 32, 32)} if smoke
+              else {"rms_norm": (2048, 4096), "softmax": (4096, 4096),
+                    "causal_softmax": (32, 2048, 2048)})
+    return [(op, dt, shapes[op], "rows", make)
+            for op, make in (("rms_norm", rms), ("softmax", softmax), ("causal_softmax", causal))
+            for dt in (torch.float32, torch.float16, torch.bfloat16)]
+
+
 def per_call_rows(dev, n: int, calls: int, smoke: bool):
     """Host time per call of a small sub (what a launch costs end to end), ours vs torch:
     ``calls`` back-to-back calls, then one synchronize; the best of 5 such runs. Also two
@@ -232,23 +291,29 @@ def main(argv=None) -> int:
     name = "cpu (interpreter)" if dev == "cpu" else torch.cuda.get_device_name(a.device_id)
     print(f"device: {name}; copy bandwidth {ceiling:.1f} GB/s; triton "
           f"{__import__('triton').__version__}; torch {torch.__version__}")
-    hdr = (f"{'op':<10}{'dtype':<10}{'shape':<20}{'layout':<13}{'ours us':>10}{'torch us':>10}"
+    hdr = (f"{'op':<15}{'dtype':<10}{'shape':<20}{'layout':<13}{'ours us':>10}{'torch us':>10}"
            f"{'torch/ours':>11}{'GB/s':>9}{'% copy':>8}{'% same-size copy':>17}")
     print(hdr)
     print("-" * len(hdr))
     out = []
-    for op, dt, shape, layout, make in elementwise_rows(side) + rearrange_rows(side, nchw):
+    rows = (elementwise_rows(side) + rearrange_rows(side, nchw) + activation_rows(side)
+            + normalisation_rows(smoke))
+    for op, dt, shape, layout, make in rows:
         ours, theirs, nbytes = make(dev, dt, shape)
+        got, want = ours(), theirs()  # rows whose ``ours`` returns its output: agreement too
+        diff = None if got is None else float((got.double() - want.double()).abs().max())
         t_ours, t_torch = bench(ours), bench(theirs)
         gbs = nbytes / (t_ours * 1e-3) / 1e9
         same = copy_bandwidth(dev, nbytes // 2, bench)
         row = dict(op=op, dtype=str(dt).split(".")[-1], shape=list(shape), layout=layout,
                    ours_us=t_ours * 1e3, torch_us=t_torch * 1e3, ratio=t_torch / t_ours,
-                   gbps=gbs, pct_copy=100 * gbs / ceiling, pct_same_size_copy=100 * gbs / same)
+                   gbps=gbs, pct_copy=100 * gbs / ceiling, pct_same_size_copy=100 * gbs / same,
+                   max_abs_diff_vs_torch=diff)
         out.append(row)
-        print(f"{op:<10}{row['dtype']:<10}{str(tuple(shape)):<20}{layout:<13}"
+        print(f"{op:<15}{row['dtype']:<10}{str(tuple(shape)):<20}{layout:<13}"
               f"{row['ours_us']:>10.1f}{row['torch_us']:>10.1f}{row['ratio']:>11.2f}"
-              f"{gbs:>9.1f}{row['pct_copy']:>7.0f}%{row['pct_same_size_copy']:>16.0f}%")
+              f"{gbs:>9.1f}{row['pct_copy']:>7.0f}%{row['pct_same_size_copy']:>16.0f}%"
+              + ("" if diff is None else f"  |ours - torch| <= {diff:.2g}"))
     small = per_call_rows(dev, 4096, 20 if smoke else 2000, smoke)
     print("per call, sub of 4096 float32 (host us per call, calls queued back to back): "
           + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"

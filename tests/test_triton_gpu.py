@@ -197,3 +197,54 @@ def test_bf16_arrays_round_trip():
     assert want.dtype == ml_dtypes.bfloat16
     got = infiniop.mul(x.cuda(), y.cuda())
     assert_exact(to_numpy(got.cpu()), want)
+
+
+MATH = ["silu", "gelu", "gelutanh", "quickgelu", "sigmoid", "tanh", "hardswish", "softplus",
+        "reciprocal", "log10", "log1p", "atanh", "erf", "erfc", "erfinv"]
+
+
+def _every_input(dtype):
+    """fp16/bf16: all 65536 bit patterns; f32: 2^20 random bit patterns (every exponent, NaNs,
+    infinities, subnormals) plus the values around the functions' breakpoints; f64: 2^16."""
+    dt = DTYPES[dtype]
+    if dt.itemsize == 2:
+        return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dt)
+    g = torch.Generator().manual_seed(16)
+    idt = torch.int32 if dt == torch.float32 else torch.int64
+    n = 1 << 20 if dt == torch.float32 else 1 << 16
+    bits = torch.randint(torch.iinfo(idt).min, torch.iinfo(idt).max, (n,), generator=g, dtype=idt)
+    dense = torch.linspace(-12, 12, 1 << 14, dtype=torch.float64).to(dt)
+    return torch.cat([bits.view(dt), dense])
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "f64"])
+@pytest.mark.parametrize("op", MATH)
+def test_math_has_the_cpu_bits_on_every_input(op, dtype):
+    """The promise of the math library: the same bits on the CPU and the GPU, for every fp16/bf16
+    input and a million float32 ones (the kernels are basic float operations, no libdevice)."""
+    x = _every_input(dtype)
+    want = torch.empty_like(x)
+    _run(CPU, op, want, x)
+    got = torch.empty_like(x, device="cuda")
+    _run(GPU, op, got, x.cuda())
+    assert_exact(to_numpy(got.cpu()), to_numpy(want))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("op", ["rms_norm", "softmax", "causal_softmax", "logsoftmax"])
+def test_rows_have_the_cpu_bits(op, dtype):
+    """Row operators with the same expression and reduction order on both backends: same bits
+    (row lengths that are not a power of two, and one long row)."""
+    dt = DTYPES[dtype]
+    for shape in [(3, 5, 77), (2, 4096 + 3), (1, 50257)]:
+        x = _values(shape, torch.float32, 17).clamp(-60, 60).nan_to_num(0.0).to(dt)
+        extra = ()
+        if op == "rms_norm":
+            extra = (_values(shape[-1:], torch.float32, 18).clamp(-4, 4).nan_to_num(1.0).to(dt),)
+        outs = []
+        for h, dev in ((CPU, "cpu"), (GPU, "cuda")):
+            ins = [t.to(dev) for t in (x, *extra)]
+            y = torch.empty(shape, dtype=dt, device=dev)
+            _run(h, op, y, *ins)
+            outs.append(y.cpu())
+        assert_exact(to_numpy(outs[1]), to_numpy(outs[0]))
