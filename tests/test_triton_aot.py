@@ -60,3 +60,7 @@ def test_compiles(compiled, name):
         r = compiled[(name, t)]
         assert r["ok"], f"{name} does not compile for {t}: {r['error']}"
         assert r["binary_bytes"] > 0
+        # row kernels: no kilobytes of register spills (ptxas -v): the first lane tree spilled
+        # 3-10 KB under Triton 3.6 and ran 17-90x slower than torch on an H200. (A few hundred
+        # bytes in layer_norm/add_rms_norm at 1 warp: noted, not timed on a GPU.)
+        assert (r.get("spill_stores") or 0) < 1024, f"{name} spills {r['spill_stores']} B ({t})"

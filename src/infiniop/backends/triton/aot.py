@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...dtype import DType
 from . import codegen
@@ -38,6 +38,16 @@ class Variant:
     build: tuple  # how to regenerate the KernelSource in a worker: (kind, args...)
     constexprs: tuple  # ((name, value), ...)
     num_warps: int
+
+    def program(self):
+        """The traced row program of a ``rows`` variant."""
+        from ...rows import ops as row_ops  # noqa: F401  (registers the row operators)
+        from ...rows.spec import REGISTRY as ROWS
+
+        op, dts, *_ = self.build[1:]
+        spec = ROWS[op]
+        dtypes = tuple(None if d is None else DType[d] for d in dts)
+        return spec.program(spec.match(dtypes), tuple(d is not None for d in dtypes))
 
     def source(self) -> codegen.KernelSource:
         kind, *args = self.build
@@ -67,14 +77,10 @@ class Variant:
             word, batch, k, affine = args
             return codegen.transpose_source(word, batch, k, affine=affine)
         if kind == "rows":
-            from ...rows import ops as row_ops  # noqa: F401  (registers the row operators)
-            from ...rows.spec import REGISTRY as ROWS
             from .rows import row_source
 
             op, dts, pattern, ndim, lanes = args
-            spec = ROWS[op]
-            dtypes = tuple(None if d is None else DType[d] for d in dts)
-            prog = spec.program(spec.match(dtypes), tuple(d is not None for d in dtypes))
+            prog = self.program()
             return row_source(prog, pattern, ndim, lanes, f"rows_{op}_{prog.key[:10]}")
         if kind == "rope":
             from ...rows import rope
@@ -216,11 +222,17 @@ _ROPE_VARIANTS = [(("F16", "I32", "F32", "F32"), 1), (("BF16", "I64", "BF16", "B
 
 def _row_variants() -> list[Variant]:
     out = []
+    from ...device import Device
+    from .rows import row_warps
+    from .vendors import VENDORS
+
     for op, dts, pattern, ndim, lanes in _ROW_VARIANTS:
         br = max(1, min(1024 // lanes, 16))
         name = f"rows_{op}-{'-'.join(d or 'none' for d in dts)}-{pattern}-rank{ndim}-L{lanes}"
-        out.append(Variant(name, ("rows", op, dts, pattern, ndim, lanes), (("BR", br),),
-                           max(1, min(8, br * lanes // 256))))
+        v = Variant(name, ("rows", op, dts, pattern, ndim, lanes), (("BR", br),), 0)
+        # the warps a launch on an NVIDIA GPU picks (fewer warps: more registers per thread)
+        out.append(replace(v, num_warps=row_warps(VENDORS[Device.NVIDIA], v.program(), br,
+                                                  lanes)))
     for dts, ndim in _ROPE_VARIANTS:
         name = f"rope_{'-'.join(dts)}-rank{ndim}"
         out.append(Variant(name, ("rope", (dts[0],) + dts, ndim), (("BR", 4), ("BH", 64)), 4))
@@ -300,9 +312,40 @@ def compile_variant(v: Variant, target: str) -> dict:
                        options={"num_warps": v.num_warps, "enable_fp_fusion": False})
     asm = k.asm
     binary = asm.get("cubin") or asm.get("hsaco") or b""
-    return {"variant": v.name, "target": target, "ok": True,
-            "seconds": round(time.perf_counter() - t0, 3), "binary_bytes": len(binary),
-            "shared": k.metadata.shared}
+    out = {"variant": v.name, "target": target, "ok": True,
+           "seconds": round(time.perf_counter() - t0, 3), "binary_bytes": len(binary),
+           "shared": k.metadata.shared}
+    if target.startswith("cuda:") and (v.build[0] in ("rows", "rope") or SPILLS):
+        out["spill_stores"] = spill_stores(asm["ptx"], int(target.split(":")[1]))
+    return out
+
+
+SPILLS = os.environ.get("INFINIOP_AOT_SPILLS", "") not in ("", "0")  # every variant, not rows only
+
+
+def spill_stores(ptx: str, arch: int) -> int | None:
+    """Bytes of register spill stores that ``ptxas -v`` (Triton's own) reports for ``ptx``;
+    None where it cannot be run. Spills are what made the row kernels' first tree 17-90x slower
+    than torch on an H200 (Triton 3.6), while the interpreter and the AOT compile were fine."""
+    import re
+    import tempfile
+
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+    except ImportError:  # a Triton without it (or without the NVIDIA backend)
+        return None
+    gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        try:
+            p = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name={gpu}", src, "-o",
+                                os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+        except OSError:
+            return None
+    m = re.search(r"(\d+) bytes spill stores", p.stderr)
+    return int(m.group(1)) if p.returncode == 0 and m else None
 
 
 def _worker(names: list[str], targets: list[str], full: bool) -> list[dict]:
@@ -380,6 +423,9 @@ def main(argv=None) -> int:
     else:
         for r in bad:
             print(f"FAILED {r['variant']} [{r['target']}]: {r['error']}")
+        for r in results:
+            if r.get("spill_stores"):
+                print(f"SPILLS {r['variant']} [{r['target']}]: {r['spill_stores']} bytes")
         nv = len({r["variant"] for r in results})
         print(f"{len(results) - len(bad)} compiled, {len(bad)} failed: {nv} variants x "
               f"{len(targets)} targets ({', '.join(targets)}) in {time.perf_counter() - t0:.1f} s")

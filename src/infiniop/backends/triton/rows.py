@@ -194,6 +194,17 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
                         _param_types(p))
 
 
+def row_warps(cfg, program, br: int, lanes: int) -> int:
+    """Warps for a ``br`` x ``lanes`` program: its tile of the widest row operand counted in
+    8-byte units (rows of 1024 lanes: f16/bf16 1 warp, f32 2, f64 4). On an H200 (Triton 3.6)
+    the 4 warps that counting elements gave were 1.3-3.2x slower for f16/bf16 rms_norm,
+    softmax and causal_softmax and up to 1.5x for f32; every variant had the CPU's bits. (The
+    AOT check's ``ptxas -v`` finds small spills at these warps, at most 288 bytes, in
+    layer_norm/add_rms_norm/strided bf16 rms_norm; untimed on a GPU.)"""
+    width = max(s.dtype.itemsize for s, kd in zip(program.slots, program.kinds) if kd == "row")
+    return cfg.warps_for(br * lanes * width // 8)
+
+
 class RowKernel:
     """``launch_pointers(addresses, stream=None)``: element 0 of each operand in the operator's
     order (None for an absent optional one), checked by the descriptor."""
@@ -227,13 +238,7 @@ class RowKernel:
             operands.append(Operand(POINTER[s.dtype], isz, info.slot_offsets[j] * isz,
                                     lo * isz, (hi + 1) * isz))
         self._slot_operand = [s.operand for s in prog.slots]
-        # warps sized by bytes: a chunk of the widest row operand read as 8-byte units
-        # (f16/bf16 rows of 1024 lanes: 1 warp, f32: 2, f64: 4). On an H200 (Triton 3.6) the 4
-        # warps that elements alone gave were 1.3-3.2x slower for f16/bf16 rms_norm, softmax
-        # and causal_softmax and up to 1.5x for f32; every variant had the CPU's bits.
-        width = max(info.descs[s.operand].dtype.itemsize
-                    for s, kd in zip(prog.slots, prog.kinds) if kd == "row")
-        self.launch = Launch(ks, scalars, {"BR": br}, nprog, cfg.warps_for(br * lanes * width // 8),
+        self.launch = Launch(ks, scalars, {"BR": br}, nprog, row_warps(cfg, prog, br, lanes),
                              operands, interpret, device_id)
 
     def launch_pointers(self, addresses, stream=None) -> None:
