@@ -276,9 +276,10 @@ class _Gen:
                   f"(((v + lp - 1) // lp) & 1) * lp * {isz}, {T})")
 
     def halve(self, I: str, k: int, a: str) -> None:
-        """The lanes of acc<k> halve pairwise (lane l takes l + h, h = L/2, L/4, ... 1), two
-        levels per sweep: ``(a[l] . a[l+h]) . (a[l+q] . a[l+h+q])`` with q = h/2 is the same
-        operations in the same order as two sweeps, with half the loads and stores. It starts
+        """The lanes of reduction k, in the array ``a``, halve pairwise (lane l takes l + h,
+        h = L/2, L/4, ... 1), two levels per sweep: ``(a[l] . a[l+h]) . (a[l+q] . a[l+h+q])``
+        with q = h/2 is the same operations in the same order as two sweeps, with half the
+        loads and stores. It starts
         at ``lv`` lanes: a causal row's lanes from lv on would hold identities, and combining
         an identity (-0.0 for sums, -inf for max) leaves every value's bits as they are."""
         e = self.e
