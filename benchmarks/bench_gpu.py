@@ -150,9 +150,10 @@ def activation_rows(side: int):
 
 
 def normalisation_rows(smoke: bool):
-    """The row operators (issue 12) at the LLaMA prefill shapes, against torch's kernels: rms_norm
-    (``F.rms_norm``), softmax, and causal_softmax against the mask-then-softmax a torch user
-    writes (two kernels). Bytes: the input read once, the output written once."""
+    """The row operators and rope (issue 12) at LLaMA shapes, against torch's kernels
+    (``F.rms_norm``, ``F.layer_norm``, softmax, log_softmax) or what a torch user composes
+    (mask then softmax; add then rms_norm; rope in float32 from gathered tables). Bytes: every
+    row operand read or written once (rope: x and y)."""
     import torch.nn.functional as F
 
     def rms(dev, dt, shape):
@@ -179,12 +180,60 @@ def normalisation_rows(smoke: bool):
                 (lambda: torch.softmax(x.masked_fill(masked, float("-inf")), -1)),
                 2 * x.numel() * x.element_size())
 
-    shapes = ({"rms_norm": (64, 256), "softmax": (64, 256), "causal_softmax": (2, 32, 32)} if smoke
+    def logsoftmax(dev, dt, shape):
+        x = (4 * torch.randn(shape, device=dev)).to(dt)
+        y = torch.empty_like(x)
+        d = infiniop.create_logsoftmax_descriptor(H, _td(y), _td(x), dim=-1)
+        return ((lambda: (d.calculate(None, y, x), y)[1]), (lambda: torch.log_softmax(x, -1)),
+                2 * x.numel() * x.element_size())
+
+    def add_rms(dev, dt, shape):
+        a, b = torch.randn(shape, device=dev).to(dt), torch.randn(shape, device=dev).to(dt)
+        w = torch.rand(shape[-1], device=dev).to(dt)
+        y, r = torch.empty_like(a), torch.empty_like(a)
+        d = infiniop.create_add_rms_norm_descriptor(H, _td(y), _td(r), _td(a), _td(b), _td(w),
+                                                    epsilon=1e-6)
+        return ((lambda: (d.calculate(None, y, r, a, b, w), y)[1]),
+                (lambda: F.rms_norm(a + b, (shape[-1],), w, 1e-6)), 4 * a.numel() * a.element_size())
+
+    def layer_norm(dev, dt, shape):
+        x = torch.randn(shape, device=dev).to(dt)
+        w, b = torch.rand(shape[-1], device=dev).to(dt), torch.randn(shape[-1], device=dev).to(dt)
+        y, z = torch.empty_like(x), torch.empty_like(x)
+        std = torch.empty(shape[:-1], device=dev, dtype=dt)
+        d = infiniop.create_layer_norm_descriptor(H, _td(y), _td(z), _td(std), _td(x), _td(w),
+                                                  _td(b), eps=1e-5)
+        return ((lambda: (d.calculate(None, y, z, std, x, w, b), y)[1]),
+                (lambda: F.layer_norm(x, (shape[-1],), w, b, 1e-5)), 3 * x.numel() * x.element_size())
+
+    def rope(dev, dt, shape):  # GPT-NeoX, positions not in order; torch: what a user composes
+        seq, _, dh = shape
+        x = torch.randn(shape, device=dev).to(dt)
+        pos = torch.randperm(max(4096, seq), device=dev)[:seq].to(torch.int32)
+        ang = 10 * torch.rand(max(4096, seq), dh // 2, device=dev)
+        sin, cos = ang.sin().to(dt), ang.cos().to(dt)
+        y = torch.empty_like(x)
+        d = infiniop.create_rope_descriptor(H, _td(y), _td(x), _td(pos), _td(sin), _td(cos), 1)
+
+        def theirs():
+            s, c = sin[pos.long()].unsqueeze(1).float(), cos[pos.long()].unsqueeze(1).float()
+            a, b = x[..., :dh // 2].float(), x[..., dh // 2:].float()
+            return torch.cat([a * c - b * s, a * s + b * c], -1).to(dt)
+        return ((lambda: (d.calculate(None, y, x, pos, sin, cos), y)[1]), theirs,
+                2 * x.numel() * x.element_size())
+
+    shapes = ({"rms_norm": (64, 256), "softmax": (64, 256), "causal_softmax": (2, 32, 32),
+               "logsoftmax": (64, 256), "add_rms_norm": (64, 256), "layer_norm": (64, 256),
+               "rope": (16, 4, 32), "rope decode": (1, 4, 32)} if smoke
               else {"rms_norm": (2048, 4096), "softmax": (4096, 4096),
-                    "causal_softmax": (32, 2048, 2048)})
-    return [(op, dt, shapes[op], "rows", make)
-            for op, make in (("rms_norm", rms), ("softmax", softmax), ("causal_softmax", causal))
-            for dt in (torch.float32, torch.float16, torch.bfloat16)]
+                    "causal_softmax": (32, 2048, 2048), "logsoftmax": (4096, 4096),
+                    "add_rms_norm": (2048, 4096), "layer_norm": (2048, 4096),
+                    "rope": (2048, 32, 128), "rope decode": (1, 32, 128)})
+    makers = (("rms_norm", rms), ("softmax", softmax), ("causal_softmax", causal),
+              ("logsoftmax", logsoftmax), ("add_rms_norm", add_rms), ("layer_norm", layer_norm),
+              ("rope", rope), ("rope decode", rope))
+    return [(op.split()[0], dt, shapes[op], "rows" if op != "rope decode" else "decode", make)
+            for op, make in makers for dt in (torch.float32, torch.float16, torch.bfloat16)]
 
 
 def per_call_rows(dev, n: int, calls: int, smoke: bool):
