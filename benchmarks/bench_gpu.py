@@ -163,12 +163,21 @@ def normalisation_rows(smoke: bool):
         return ((lambda: (d.calculate(None, y, x, w), y)[1]),
                 (lambda: F.rms_norm(x, (shape[-1],), w, 1e-6)), 2 * x.numel() * x.element_size())
 
-    def softmax(dev, dt, shape):
-        x = (4 * torch.randn(shape, device=dev)).to(dt)
-        y = torch.empty_like(x)
-        d = infiniop.create_softmax_descriptor(H, _td(y), _td(x), axis=-1)
-        return ((lambda: (d.calculate(None, y, x), y)[1]), (lambda: torch.softmax(x, -1)),
-                2 * x.numel() * x.element_size())
+    def x_to_y(create, theirs):
+        """A one-input row operator: ours made by ``create(y, x)`` (descriptors), torch's
+        ``theirs(x)``."""
+        def make(dev, dt, shape):
+            x = (4 * torch.randn(shape, device=dev)).to(dt)
+            y = torch.empty_like(x)
+            d = create(_td(y), _td(x))
+            return ((lambda: (d.calculate(None, y, x), y)[1]), (lambda: theirs(x)),
+                    2 * x.numel() * x.element_size())
+        return make
+
+    softmax = x_to_y(lambda y, x: infiniop.create_softmax_descriptor(H, y, x, axis=-1),
+                     lambda x: torch.softmax(x, -1))
+    logsoftmax = x_to_y(lambda y, x: infiniop.create_logsoftmax_descriptor(H, y, x, dim=-1),
+                        lambda x: torch.log_softmax(x, -1))
 
     def causal(dev, dt, shape):
         x = (4 * torch.randn(shape, device=dev)).to(dt)
@@ -178,13 +187,6 @@ def normalisation_rows(smoke: bool):
         d = infiniop.create_causal_softmax_descriptor(H, _td(y), _td(x))
         return ((lambda: (d.calculate(None, y, x), y)[1]),
                 (lambda: torch.softmax(x.masked_fill(masked, float("-inf")), -1)),
-                2 * x.numel() * x.element_size())
-
-    def logsoftmax(dev, dt, shape):
-        x = (4 * torch.randn(shape, device=dev)).to(dt)
-        y = torch.empty_like(x)
-        d = infiniop.create_logsoftmax_descriptor(H, _td(y), _td(x), dim=-1)
-        return ((lambda: (d.calculate(None, y, x), y)[1]), (lambda: torch.log_softmax(x, -1)),
                 2 * x.numel() * x.element_size())
 
     def add_rms(dev, dt, shape):
