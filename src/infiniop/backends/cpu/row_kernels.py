@@ -279,9 +279,9 @@ class _Gen:
         """The lanes of reduction k, in the array ``a``, halve pairwise (lane l takes l + h,
         h = L/2, L/4, ... 1), two levels per sweep: ``(a[l] . a[l+h]) . (a[l+q] . a[l+h+q])``
         with q = h/2 is the same operations in the same order as two sweeps, with half the
-        loads and stores. It starts
-        at ``lv`` lanes: a causal row's lanes from lv on would hold identities, and combining
-        an identity (-0.0 for sums, -inf for max) leaves every value's bits as they are."""
+        loads and stores. It starts at ``lv`` lanes: a causal row's lanes from lv on would hold
+        identities, and combining an identity (-0.0 for sums, -inf for max) leaves every
+        value's bits as they are."""
         e = self.e
         e(f"{I}h = lv >> 1")
         e(f"{I}while h > 1:")

@@ -221,11 +221,11 @@ _ROPE_VARIANTS = [(("F16", "I32", "F32", "F32"), 1), (("BF16", "I64", "BF16", "B
 
 
 def _row_variants() -> list[Variant]:
-    out = []
     from ...device import Device
     from .rows import row_warps
     from .vendors import VENDORS
 
+    out = []
     for op, dts, pattern, ndim, lanes in _ROW_VARIANTS:
         br = max(1, min(1024 // lanes, 16))
         name = f"rows_{op}-{'-'.join(d or 'none' for d in dts)}-{pattern}-rank{ndim}-L{lanes}"
