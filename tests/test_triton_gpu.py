@@ -205,7 +205,8 @@ MATH = ["silu", "gelu", "gelutanh", "quickgelu", "sigmoid", "tanh", "hardswish",
 
 def _every_input(dtype):
     """fp16/bf16: all 65536 bit patterns; f32: 2^20 random bit patterns (every exponent, NaNs,
-    infinities, subnormals) plus the values around the functions' breakpoints; f64: 2^16."""
+    infinities, subnormals) and f64: 2^16, each plus 16K evenly spaced values in [-12, 12]
+    (where the functions change regime)."""
     dt = DTYPES[dtype]
     if dt.itemsize == 2:
         return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dt)
