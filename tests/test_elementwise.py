@@ -837,12 +837,14 @@ def test_forced_nt_narrow_outputs(handle, monkeypatch):
 
 
 def test_forced_nt_staged_math(handle, monkeypatch):
-    """Math-heavy bodies with fp16/bf16 outputs are computed a stack chunk at a time and then
-    streamed as words (``staged_loop``; bf16 staged as float32 and rounded while streaming):
-    flat over chunk and block boundaries and with odd tails, strided rows, tiled (transposed
-    input) and two inputs (swiglu), with NaN, infinities and signed zeros; each result equals,
-    bit for bit, the same operator's result from the serial loop (thresholds at their
-    defaults), and no byte outside the output is touched."""
+    """Math-heavy bodies are computed a stack chunk at a time and then streamed (``staged_loop``;
+    fp16/bf16 as words, bf16 staged as float32 and rounded while streaming): flat over chunk
+    and block boundaries and with odd tails, strided rows, tiled (transposed input) and two
+    inputs (swiglu), with NaN, infinities and signed zeros, for every float dtype; each result
+    equals, bit for bit, the same operator's result from the serial loop (thresholds at their
+    defaults), and no byte outside the output is touched. A float32 output's start is also
+    swept over a page in 64-byte steps, so that some blocks move their stage chunk (the 4K
+    aliasing guard)."""
     rng = np.random.default_rng(12)
     specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 60000.0], np.float32)
 
@@ -857,7 +859,7 @@ def test_forced_nt_staged_math(handle, monkeypatch):
             mp.setattr(runtime, "NT_THRESHOLD_BYTES", 1 << 50)
             return getattr(infiniop, name)(*ins)
 
-    for dtype in (F16, BF16):
+    for dtype in (F16, BF16, F32, F64):
         cases = [("silu", [data(dtype, (n,))]) for n in (5, 2048 * 2 + 61, 32768 + 61)]
         cases += [("gelu", [data(dtype, (3, 2 * 2100))[:, ::2]]),       # strided rows
                   ("sigmoid", [data(dtype, (300, 260)).T]),             # tiled
@@ -866,13 +868,24 @@ def test_forced_nt_staged_math(handle, monkeypatch):
         monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
         monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
         for (name, ins), want in zip(cases, wants):
-            for off in (0, 2, 62, 1):
+            for off in (0, 2, 62, 1, 16):
                 out, raw, start = _offset_out(want.size, dtype, off)
                 out = out.reshape(want.shape)
                 _desc_call(handle, name, out, ins)
                 assert_exact(out, want)
                 _check_raw(raw, start, out.nbytes)
         monkeypatch.undo()
+    x = data(F32, (2 * 16384 + 61,))
+    want = serial("sigmoid", [x])
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    for page_offset in range(0, 4096, 64):
+        raw = np.full(want.nbytes + 8192 + 256, CANARY, np.uint8)
+        start = (-raw.ctypes.data) % 4096 + page_offset + 16
+        out = raw[start:start + want.nbytes].view(np.float32)
+        _desc_call(handle, "sigmoid", out, [x])
+        assert_exact(out, want)
+        _check_raw(raw, start, want.nbytes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,9 +44,10 @@ NP = {"f32": "np.float32", "f64": "np.float64", "i32": "np.int32", "i64": "np.in
 LOAD = {DType.F16: "f16_to_f32({})", DType.BF16: "bf16_to_f32({})", DType.F32: "{}",
         DType.F64: "{}", DType.BOOL: "({} != 0)"}
 BLOCK_BYTES = 1 << 16
-# Narrow streamed outputs of math-heavy bodies (at least STAGE_MIN_NODES expression nodes) go
-# through a stack chunk in L1 (staged_loop); light bodies pack words as they go (packed_loop),
-# which is faster for them (sub/clip f16: 1.3-1.6x) and slower for math (silu f16: 1.3x).
+# Streamed outputs of math-heavy bodies (at least STAGE_MIN_NODES expression nodes) go through
+# a stack chunk in L1 (staged_loop); light bodies store as they go, narrow outputs as packed
+# words (packed_loop), which is faster for them (sub/clip f16: 1.3-1.6x) and slower for math
+# (silu f16: 1.3x).
 STAGE_BYTES = 4096
 STAGE_MIN_NODES = 16
 TILE_SCRATCH_BYTES = 256 << 10  # one staged input's tile (the tiled kind): in L2
@@ -358,20 +359,31 @@ class _Gen:
             self.emit(f"{inner}nt_store(w{j}, i, {packed_word([lane[n] for lane in lanes], bits)})")
 
     def staged_loop(self, indent: str, ptr: str, words: str) -> None:
-        """``words`` 32-bit words of every output (word pointers ``w<j>``), computed a stack
-        chunk at a time with ordinary stores, then streamed from L1 as whole words: the compute
-        loop vectorises as it does without streaming (fp16: F16C converts straight to the
-        chunk). bf16 outputs are staged as float32 and rounded in the streaming loop, where the
-        rounding's integer steps vectorise well (in the compute loop they cost ~15%)."""
+        """``words`` words of every output (word pointers ``w<j>``), computed a stack chunk at
+        a time with ordinary stores, then streamed from L1 as whole words: the compute loop
+        vectorises as it does without streaming (fp16: F16C converts straight to the chunk). A
+        word is 32 bits of packed narrow outputs, or one element of 4- or 8-byte outputs. bf16
+        outputs are staged as float32 and rounded in the streaming loop, where the rounding's
+        integer steps vectorise well (in the compute loop they cost ~15%).
+
+        Why 4- and 8-byte outputs of math-heavy bodies are staged too: a load whose low 12
+        address bits match an older, still pending non-temporal store waits for it (4K
+        aliasing). Streamed straight from the compute loop, an output starting 16-48 bytes past
+        its input (mod 4096) made silu float32 2.7x slower (AMD EPYC, 16M elements: 2.07 vs
+        0.76 ns per element); staged, the compute loop's stores are ordinary ones: 0.75-0.90
+        ns at every offset, and 1-3% slower than unstaged at the best ones. (Moving the chunk
+        away from the output's offset cost 15% everywhere: the scratch's alignment is lost to
+        LLVM.)"""
         k = self.packing()
         bits = 32 // k
         wide = [j for j in self.written if self.slots[j].dtype is DType.BF16]
-        chunk = STAGE_BYTES // (4 * k if wide else 4)           # words per chunk
+        wbytes = 4 if k > 1 else self.isz[self.written[0]]
+        chunk = STAGE_BYTES // (4 * k if wide else wbytes)      # words per chunk
         for j in self.written:
             self.emit(f"{indent}sc{j} = stack_scratch({STAGE_BYTES})")
             self.emit(f"{indent}sp{j} = address_as_pointer(sc{j}, "
                       f"np.{'float32' if j in wide else self.st[j]})")
-            self.emit(f"{indent}sw{j} = address_as_pointer(sc{j}, np.uint32)")
+            self.emit(f"{indent}sw{j} = address_as_pointer(sc{j}, np.uint{8 * wbytes})")
         self.emit(f"{indent}for c in range(0, {words}, {chunk}):")
         ind = indent + "    "
         self.emit(f"{ind}cw = min({chunk}, {words} - c)")
@@ -394,17 +406,24 @@ class _Gen:
     def nt_loop(self, indent: str, ptr: str, count: str, start: str) -> None:
         """``count`` elements from the pointers ``<ptr><j>`` with non-temporal stores. ``start``
         (formatted with ``j``) is the byte address of element 0 of written slot j, 64-byte
-        aligned: outputs narrower than 4 bytes are stored as whole words from there
-        (``packed_loop``, or ``staged_loop`` for bodies of STAGE_MIN_NODES nodes or more), then
-        the last ``count % k`` elements with ordinary stores."""
+        aligned. Bodies of STAGE_MIN_NODES nodes or more go through ``staged_loop``; lighter
+        ones store as they go: 4- and 8-byte outputs element by element, narrower outputs as
+        whole 32-bit words (``packed_loop``), then the last ``count % k`` elements with
+        ordinary stores."""
         k = self.packing()
-        if k == 1:
+        heavy = len(topo(self.p.results)) >= STAGE_MIN_NODES
+        sizes = {self.isz[j] for j in self.written}
+        if k == 1 and not (heavy and len(sizes) == 1 and sizes <= {4, 8}):
             self.loop(indent, ptr, count, nt=True)
             return
+        wbits = 32 if k > 1 else 8 * sizes.pop()
         for j in self.written:
-            self.emit(f"{indent}w{j} = address_as_pointer({start.format(j=j)}, np.uint32)")
+            self.emit(f"{indent}w{j} = address_as_pointer({start.format(j=j)}, np.uint{wbits})")
+        if k == 1:
+            self.staged_loop(indent, ptr, count)
+            return
         self.emit(f"{indent}words = ({count}) // {k}")
-        if len(topo(self.p.results)) >= STAGE_MIN_NODES:
+        if heavy:
             self.staged_loop(indent, ptr, "words")
         else:
             self.packed_loop(indent, ptr, "words")
