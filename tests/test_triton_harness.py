@@ -21,9 +21,11 @@ test and the cases after it still run).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,6 +158,9 @@ class Runner:
         self.timeout = timeout
         self.rootdir = rootdir
         self.tmp = tempfile.mkdtemp(prefix="infiniop-triton-")
+        # removed when this process ends: a pytest-xdist worker that only collected the suite
+        # never reaches the fixture that closes its runner
+        atexit.register(self._remove)
         self.done: dict[str, dict] = {}
         self.order: list[str] | None = None  # what the current/next worker runs
         self.proc = None
@@ -242,6 +247,12 @@ class Runner:
 
     def close(self) -> None:
         self._stop()
+
+    def _remove(self) -> None:
+        self._stop()
+        if self.log is not None:
+            self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- results
     def outcome(self, nodeid: str, upcoming: list[str]) -> dict:
