@@ -160,7 +160,7 @@ class Runner:
         self.tmp = tempfile.mkdtemp(prefix="infiniop-triton-")
         # removed when this process ends: a pytest-xdist worker that only collected the suite
         # never reaches the fixture that closes its runner
-        atexit.register(self._remove)
+        atexit.register(self.close)
         self.done: dict[str, dict] = {}
         self.order: list[str] | None = None  # what the current/next worker runs
         self.proc = None
@@ -246,9 +246,7 @@ class Runner:
         self.proc = None
 
     def close(self) -> None:
-        self._stop()
-
-    def _remove(self) -> None:
+        """Stop the worker and remove the temp folder (a closed runner is not used again)."""
         self._stop()
         if self.log is not None:
             self.log.close()
@@ -326,6 +324,7 @@ class ShardedRunner:
     def close(self) -> None:
         for r in self.runners:
             r.close()
+        self.one.close()
 
 
 def check(outcome: dict, where: str = "under the Triton interpreter") -> None:
