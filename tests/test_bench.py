@@ -81,6 +81,7 @@ def test_default_suite_covers_the_issue_cases():
         assert ("sub", "float32", layout) in names
     for layout in ("copy", "nchw_nhwc", "transpose2d", "permute6d"):
         assert ("rearrange", "float32", layout) in names
+    assert ("silu", "float32", "offset_out") in names
     sizes = {c.size for c in cases if c.layout == "contiguous"}
     assert min(sizes) == 4096 and max(sizes) == 1 << 26
     for op in ("silu", "gelu", "gelutanh", "sigmoid", "tanh", "softplus", "hardswish", "hardtanh",

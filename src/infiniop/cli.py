@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                    "hardswish, hardtanh, erf, log1p, reciprocal, swiglu, equal, addcmul")
     b.add_argument("--dtype", action="append", default=[], help="float32, float16, bfloat16, float64")
     b.add_argument("--layout", action="append", default=[],
-                   help="contiguous, scalar_bcast, numpy_bcast, transposed, strided_out, copy, "
-                        "nchw_nhwc, transpose2d, permute6d")
+                   help="contiguous, scalar_bcast, numpy_bcast, transposed, strided_out, "
+                        "offset_out, copy, nchw_nhwc, transpose2d, permute6d")
     b.add_argument("--size", action="append", type=int, default=[], help="elements (e.g. 16777216)")
     b.add_argument("--threads", type=int, help="threads for infiniop and torch (default: all cores)")
     b.add_argument("--device", default="cpu")

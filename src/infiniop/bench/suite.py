@@ -357,10 +357,21 @@ def _rows(op: str, dtype: str, layout: str, shape: tuple[int, ...], threads: int
     return Case(op, dtype, layout, shape, build)
 
 
-def _math(op: str, dtype: str, size: int, threads: int) -> Case:
-    """An elementwise catalogue operator (contiguous, 1-D) through the descriptor and the
-    functional front end with ``out=``, against torch's ``out=`` kernels (composed for swiglu,
-    which torch lacks) and NumPy's ufunc where NumPy has one."""
+def _offset_from(x: np.ndarray, shift: int, shape, dtype) -> np.ndarray:
+    """An array whose data starts ``shift`` bytes past ``x``'s address modulo 4096."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = empty_aligned((nbytes + 8192,), np.uint8)
+    start = (x.ctypes.data + shift - raw.ctypes.data) % 4096
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _math(op: str, dtype: str, size: int, threads: int, layout: str = "contiguous") -> Case:
+    """An elementwise catalogue operator (1-D) through the descriptor and the functional front
+    end with ``out=``, against torch's ``out=`` kernels (composed for swiglu, which torch lacks)
+    and NumPy's ufunc where NumPy has one. ``layout`` "offset_out": every implementation's
+    output starts 32 bytes past the input (mod 4096), where a load can wait for an unrelated
+    older store to the same low 12 address bits (4K aliasing; see the CPU backend's
+    ``staged_loop``)."""
     import infiniop as ip
 
     spec = getattr(ip, op)
@@ -377,7 +388,8 @@ def _math(op: str, dtype: str, size: int, threads: int) -> Case:
         if op == "equal":
             ins[1][::2] = ins[0][::2]  # half the elements equal
         out_dt = np.bool_ if op == "equal" else npdt
-        outs = {k: empty_aligned((size,), out_dt) for k in ("infiniop", "infiniop.fn", "numpy", "torch")}
+        outs = {k: _offset_from(ins[0], 32, (size,), out_dt) if layout == "offset_out"
+                else empty_aligned((size,), out_dt) for k in ("infiniop", "infiniop.fn", "numpy", "torch")}
         td = ip.TensorDescriptor.from_array
         d = spec.create_descriptor(ip.create_handle("cpu"), td(outs["infiniop"]), *map(td, ins), **params)
         impls = {"infiniop": lambda: d.calculate(None, outs["infiniop"], *ins),
@@ -422,7 +434,7 @@ def _math(op: str, dtype: str, size: int, threads: int) -> Case:
         nbytes = sum(a.nbytes for a in ins) + outs["infiniop"].nbytes
         return Prepared(impls, results, nbytes, arity, ins)
 
-    return Case(op, dtype, "contiguous", (size,), build)
+    return Case(op, dtype, layout, (size,), build)
 
 
 def default_suite(quick: bool, threads: int) -> list[Case]:
@@ -456,6 +468,8 @@ def default_suite(quick: bool, threads: int) -> list[Case]:
                 continue
             for size in MATH_SIZES[:1] if quick else MATH_SIZES:
                 cases.append(_math(op, dtype, size, threads))
+    if not quick:
+        cases.append(_math("silu", "float32", MATH_SIZES[-1], threads, "offset_out"))
     for op, layout, shape in ROW_CASES if _torch() is not None else ():
         if quick and (op, layout) not in QUICK_ROW_CASES:
             continue
