@@ -165,12 +165,14 @@ OPTS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
 
 @njit(inline="always")
 def _minimum(a, b):
-    return a if (a < b or a != a) else b
+    t = a if a < b else b
+    return t if a == a else a
 
 
 @njit(inline="always")
 def _maximum(a, b):
-    return a if (a > b or a != a) else b
+    t = a if a > b else b
+    return t if a == a else a
 '''
 
 
