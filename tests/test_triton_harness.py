@@ -157,9 +157,9 @@ class Runner:
         self.route = route
         self.timeout = timeout
         self.rootdir = rootdir
-        self.tmp = tempfile.mkdtemp(prefix="infiniop-triton-")
-        # removed when this process ends: a pytest-xdist worker that only collected the suite
-        # never reaches the fixture that closes its runner
+        # the temp folder is made when a worker starts and removed by close(); collect() uses
+        # one of its own, so a process that only collects (an xdist worker) leaves none
+        self.tmp = None
         atexit.register(self.close)
         self.done: dict[str, dict] = {}
         self.order: list[str] | None = None  # what the current/next worker runs
@@ -190,19 +190,23 @@ class Runner:
 
     def collect(self) -> list[str]:
         """The node ids the worker would run (collected in a worker: same plugins, same ids)."""
-        results = os.path.join(self.tmp, "collect.jsonl")
-        p = subprocess.run(self._cmd("--co"), cwd=self.rootdir, capture_output=True, text=True,
-                           env=self._env(results, INFINIOP_TRITON_COLLECT="1"), timeout=600)
-        ids = []
-        if os.path.exists(results):
-            with open(results) as f:
-                ids = [json.loads(line)["collected"] for line in f if line.strip()]
+        with tempfile.TemporaryDirectory(prefix="infiniop-triton-") as tmp:
+            results = os.path.join(tmp, "collect.jsonl")
+            p = subprocess.run(self._cmd("--co"), cwd=self.rootdir, capture_output=True,
+                               text=True, env=self._env(results, INFINIOP_TRITON_COLLECT="1"),
+                               timeout=600)
+            ids = []
+            if os.path.exists(results):
+                with open(results) as f:
+                    ids = [json.loads(line)["collected"] for line in f if line.strip()]
         if not ids:
             raise RuntimeError(f"collection in the worker failed (exit {p.returncode}):\n"
                                f"{(p.stdout + p.stderr)[-4000:]}")
         return ids
 
     def _start(self, nodeids: list[str]) -> None:
+        if self.tmp is None:
+            self.tmp = tempfile.mkdtemp(prefix="infiniop-triton-")
         self.workers += 1
         n = self.workers
         sel = os.path.join(self.tmp, f"select{n}.json")
@@ -250,7 +254,9 @@ class Runner:
         self._stop()
         if self.log is not None:
             self.log.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
     # -- results
     def outcome(self, nodeid: str, upcoming: list[str]) -> dict:
