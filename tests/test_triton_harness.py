@@ -250,7 +250,7 @@ class Runner:
         self.proc = None
 
     def close(self) -> None:
-        """Stop the worker and remove the temp folder (a closed runner is not used again)."""
+        """Stop the worker and remove the temp folder (a later worker makes a new one)."""
         self._stop()
         if self.log is not None:
             self.log.close()
