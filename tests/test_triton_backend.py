@@ -69,6 +69,35 @@ def test_vendor_table():
     assert interp.block == vendors.INTERPRETER_BLOCK and interp.warp_size == 64
 
 
+def test_flat_block_gives_a_thread_16_bytes_of_its_widest_dense_operand():
+    """f16/bf16 programs keep 8 elements per thread, f32 take 4 and f64 2 (at 8, float32 math
+    needed 93-136 registers on sm_90); a broadcast scalar operand does not count."""
+    from infiniop.backends.triton.elementwise import flat_block
+    from infiniop.dtype import DType
+    from infiniop.elementwise.spec import REGISTRY
+
+    nv = vendors.VENDORS[Device.NVIDIA]
+
+    def block(op, dts, pattern):
+        spec = REGISTRY[op]
+        sig = next(s for s in spec.signatures if s.dtypes == dts)
+        return flat_block(nv, spec.program(sig), pattern)
+
+    assert block("silu", (DType.F16,) * 2, "11") == (1024, 4)
+    assert block("silu", (DType.BF16,) * 2, "11") == (1024, 4)
+    assert block("silu", (DType.F32,) * 2, "11") == (512, 4)
+    assert block("sub", (DType.F64,) * 3, "111") == (256, 4)
+    assert block("sub", (DType.F16,) * 3, "110") == (1024, 4)
+    eq = next(s for s in REGISTRY["equal"].signatures if s.dtypes[1] is DType.F32)
+    assert flat_block(nv, REGISTRY["equal"].program(eq), "111") == (512, 4)   # bool <- f32
+    assert flat_block(nv, REGISTRY["equal"].program(eq), "100") == (1024, 4)  # scalars only
+    for cfg in vendors.VENDORS.values():   # whole warps of whole threads, a power of 2
+        for width in (1, 2, 4, 8):
+            per = max(1, min(cfg.elems_per_thread, 16 // width))
+            b = cfg.block * per // cfg.elems_per_thread
+            assert b & (b - 1) == 0 and b == cfg.warps_for(cfg.block) * cfg.warp_size * per
+
+
 def _all_sources():
     from infiniop.backends.triton import aot
 

@@ -155,17 +155,23 @@ def _ew(op: str, dt: DType, layout: str) -> Variant:
     spec = REGISTRY[op]
     j = next(k for k, o in enumerate(spec.operands) if o.writes)
     sig = next(s for s in spec.signatures if s.dtypes[j] is dt)
-    nslots = len(spec.program(sig).slots)
+    program = spec.program(sig)
     kind, pat, ndim = _LAYOUTS[layout]
-    pattern = pat(nslots - 1)
-    if kind == "flat":
-        ce = (("BLOCK", 1024),)
+    pattern = pat(len(program.slots) - 1)
+    warps = 4
+    if kind == "flat":  # the block and warps a launch picks
+        from ...device import Device
+        from .elementwise import flat_block
+        from .vendors import VENDORS
+
+        block, warps = flat_block(VENDORS[Device.NVIDIA], program, pattern)
+        ce = (("BLOCK", block),)
     elif layout == "tiled3":
         ce = (("BR", 64), ("BC", 64))
     else:
         ce = (("BR", 4), ("BC", 256))
     return Variant(f"{op}-{dt.short_name}-{layout}",
-                   ("ew", op, tuple(d.name for d in sig.dtypes), kind, pattern, ndim), ce, 4)
+                   ("ew", op, tuple(d.name for d in sig.dtypes), kind, pattern, ndim), ce, warps)
 
 
 def _rearrange_variants(full: bool) -> list[Variant]:
