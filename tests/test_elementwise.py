@@ -836,13 +836,39 @@ def test_forced_nt_narrow_outputs(handle, monkeypatch):
         _check_raw(yraw, ys, 2 * n)
 
 
+def test_fission_cuts_heavy_bodies_only():
+    """Light bodies stay one loop; silu float32 is cut into two, handing over at most
+    MAX_CROSSING non-boolean values that the first loop computes; a body whose cut would
+    need more (log1p) stays one loop (LLVM stops vectorising past its runtime alias checks)."""
+    from infiniop.backends.cpu import fission
+    from infiniop.elementwise.expr import topo
+    from infiniop.elementwise.spec import REGISTRY
+
+    def program(op, dt):
+        spec = REGISTRY[op]
+        return spec.program(next(s for s in spec.signatures if s.dtypes[0] is dt))
+
+    assert fission.split(program("sub", F32).results) is None
+    assert fission.split(program("silu", F16).results) is None        # 24 nodes: light
+    assert fission.split(program("log1p", F32).results) is None       # 13 values at the cut
+    results = program("silu", F32).results
+    cut = fission.split(results)
+    assert 1 <= len(cut) <= fission.MAX_CROSSING
+    assert all(n.dtype != "bool" and n.op not in fission.LEAVES for n in cut)
+    first = topo(cut)
+    second = topo(results, {id(n) for n in cut})
+    assert len(second) - len(cut) >= fission.MIN_NODES // 4
+    assert not {id(n) for n in results} & {id(n) for n in first}
+
+
 def test_forced_nt_staged_math(handle, monkeypatch):
     """Math-heavy bodies are computed a stack chunk at a time and then streamed (``staged_loop``;
     fp16/bf16 as words, bf16 staged as float32 and rounded while streaming): flat over chunk
     and block boundaries and with odd tails, strided rows, tiled (transposed input) and two
     inputs (swiglu), with NaN, infinities and signed zeros, for every float dtype; each result
     equals, bit for bit, the same operator's result from the serial loop (thresholds at their
-    defaults), and no byte outside the output is touched. A float32 output's start is also
+    defaults), and no byte outside the output is touched. Bodies that fission.split cuts
+    (silu, sigmoid f32/f64, quickgelu) run as two loops over each chunk. A float32 output's start is also
     swept over a page in 64-byte steps, so that some blocks move their stage chunk (the 4K
     aliasing guard)."""
     rng = np.random.default_rng(12)
@@ -863,7 +889,8 @@ def test_forced_nt_staged_math(handle, monkeypatch):
         cases = [("silu", [data(dtype, (n,))]) for n in (5, 2048 * 2 + 61, 32768 + 61)]
         cases += [("gelu", [data(dtype, (3, 2 * 2100))[:, ::2]]),       # strided rows
                   ("sigmoid", [data(dtype, (300, 260)).T]),             # tiled
-                  ("swiglu", [data(dtype, (4099,)), data(dtype, (4099,))])]
+                  ("swiglu", [data(dtype, (4099,)), data(dtype, (4099,))]),
+                  ("quickgelu", [data(dtype, (2048 * 2 + 61,))])]         # two loops, any dtype
         wants = [serial(name, ins) for name, ins in cases]
         monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
         monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)

@@ -329,8 +329,9 @@ def trace(fn, input_types: list[str | None], param_types: list[str] = (),
                  for r in results)
 
 
-def topo(roots) -> list[Expr]:
-    """Every node reachable from ``roots``, each once, operands before users (for SSA code)."""
+def topo(roots, stop=frozenset()) -> list[Expr]:
+    """Every node reachable from ``roots``, each once, operands before users (for SSA code);
+    nodes whose id is in ``stop`` are listed but not entered (values computed elsewhere)."""
     order: list[Expr] = []
     seen: set[int] = set()
     stack = [(r, False) for r in reversed(list(roots))]
@@ -343,7 +344,7 @@ def topo(roots) -> list[Expr]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        if node.op not in ("input", "param", "const"):
+        if node.op not in ("input", "param", "const") and id(node) not in stop:
             stack.extend((a, False) for a in reversed(node.args) if id(a) not in seen)
     return order
 

@@ -30,6 +30,7 @@ import os
 
 from ...dtype import DType
 from ...elementwise.expr import BINARY, LIBM, Expr, topo
+from . import fission
 from .codegen import kernels
 from .cpuinfo import TILE_ROW_BYTES
 
@@ -41,6 +42,7 @@ STORAGE = {
 }
 NP = {"f32": "np.float32", "f64": "np.float64", "i32": "np.int32", "i64": "np.int64",
       "u32": "np.uint32", "u64": "np.uint64", "bool": "np.bool_"}
+DTYPE_BYTES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8, "u32": 4, "u64": 8}
 LOAD = {DType.F16: "f16_to_f32({})", DType.BF16: "bf16_to_f32({})", DType.F32: "{}",
         DType.F64: "{}", DType.BOOL: "({} != 0)"}
 BLOCK_BYTES = 1 << 16
@@ -220,14 +222,18 @@ def _node(node: Expr, a: list[str]) -> str:
     return _UNARY[op].format(*a)
 
 
-def render_body(results, inputs: list[str], params: list[str],
-                prefix: str = "t") -> tuple[list[str], list[str]]:
+def render_body(results, inputs: list[str], params: list[str], prefix: str = "t",
+                given: dict[int, str] | None = None) -> tuple[list[str], list[str]]:
     """(statements, result variables): one statement per node of the DAG over the loaded
-    inputs (variables ``inputs[k]``) and parameters; temporaries are ``<prefix><n>``."""
+    inputs (variables ``inputs[k]``) and parameters; temporaries are ``<prefix><n>``.
+    ``given`` maps node ids to variables that already hold their values."""
+    given = given or {}
     names: dict[int, str] = {}
     lines: list[str] = []
-    for node in topo(results):
-        if node.op == "input":
+    for node in topo(results, given.keys()):
+        if id(node) in given:
+            names[id(node)] = given[id(node)]
+        elif node.op == "input":
             names[id(node)] = inputs[node.args[0]]
         elif node.op == "param":
             names[id(node)] = params[node.args[0]]
@@ -301,24 +307,30 @@ class _Gen:
             self.emit(f"{indent}{var}{s.load} = {_load(s.dtype, f'{ptr}{j}[{idx}]')}")
 
     def compute(self, indent: str, ptr: str, index: str, stride: str = "st",
-                lane: str = "", raw: bool = False) -> list:
+                lane: str = "", raw: bool = False, given: dict | None = None) -> list:
         """Load and compute one element; the values to store, per written slot (storage type;
         ``raw``: (value, compute type) pairs, unconverted). ``lane`` keeps the names of several
-        elements computed side by side apart."""
-        var = f"x{lane}_" if lane else "x"
-        self.loads(indent, ptr, index, False, stride, var)
-        nin = max([s.load for s in self.slots if s.load is not None], default=-1) + 1
-        inputs = [f"{var}{k}" if self.slots_loading(k, hoisted=False) else f"x{k}"
-                  for k in range(nin)]
-        lines, outs = render_body(self.p.results, inputs, self.params,
-                                  f"t{lane}_" if lane else "t")
-        for line in lines:
-            self.emit(indent + line)
+        elements computed side by side apart; ``given``: see render_body."""
+        outs = self.render(indent, ptr, index, self.p.results, stride, lane, given)
         if raw:
             return [(outs[self.slots[j].store], self.p.results[self.slots[j].store].dtype)
                     for j in self.written]
         return [_store(self.slots[j].dtype, outs[self.slots[j].store],
                        self.p.results[self.slots[j].store].dtype) for j in self.written]
+
+    def render(self, indent: str, ptr: str, index: str, roots, stride: str = "st",
+               lane: str = "", given: dict | None = None, prefix: str = "t") -> list[str]:
+        """Load one element's inputs and emit the statements of ``roots``; their variables."""
+        var = f"x{lane}_" if lane else "x"
+        self.loads(indent, ptr, index, False, stride, var)
+        nin = max([s.load for s in self.slots if s.load is not None], default=-1) + 1
+        inputs = [f"{var}{k}" if self.slots_loading(k, hoisted=False) else f"x{k}"
+                  for k in range(nin)]
+        lines, outs = render_body(roots, inputs, self.params,
+                                  f"{prefix}{lane}_" if lane else prefix, given)
+        for line in lines:
+            self.emit(indent + line)
+        return outs
 
     def slots_loading(self, k: int, hoisted: bool) -> bool:
         """Whether expression input k is loaded per element (not hoisted: a '0' slot)."""
@@ -386,11 +398,22 @@ class _Gen:
             self.emit(f"{indent}sp{j} = address_as_pointer(sc{j}, "
                       f"np.{'float32' if j in wide else self.st[j]})")
             self.emit(f"{indent}sw{j} = address_as_pointer(sc{j}, np.uint{8 * wbytes})")
+        cut = fission.split(self.p.results)
+        for n, node in enumerate(cut or ()):
+            self.emit(f"{indent}hc{n} = stack_scratch({chunk * k * DTYPE_BYTES[node.dtype]})")
+            self.emit(f"{indent}hp{n} = address_as_pointer(hc{n}, {NP[node.dtype]})")
         self.emit(f"{indent}for c in range(0, {words}, {chunk}):")
         ind = indent + "    "
         self.emit(f"{ind}cw = min({chunk}, {words} - c)")
+        given = None
+        if cut:  # loop fission: the first half of the chain, its values handed over in L1
+            self.emit(f"{ind}for i in range(cw * {k}):")
+            outs = self.render(ind + "    ", ptr, f"c * {k} + i", cut, prefix="h")
+            for n, v in enumerate(outs):
+                self.emit(f"{ind}    hp{n}[i] = {v}")
+            given = {id(node): f"hp{n}[i]" for n, node in enumerate(cut)}
         self.emit(f"{ind}for i in range(cw * {k}):")
-        values = self.compute(ind + "    ", ptr, f"c * {k} + i", raw=True)
+        values = self.compute(ind + "    ", ptr, f"c * {k} + i", raw=True, given=given)
         for j, (v, t) in zip(self.written, values):
             if j in wide:
                 v = v if t == "f32" else f"np.float32({v})"
