@@ -861,6 +861,45 @@ def test_fission_cuts_heavy_bodies_only():
     assert not {id(n) for n in results} & {id(n) for n in first}
 
 
+def test_heavy_kernels_ask_llvm_to_interleave():
+    """Generated modules of math-heavy bodies (elementwise and row) carry LOOP_INTERLEAVE, light
+    ones do not; jit.loop_interleave compiles inside it and leaves LLVM's own choice after."""
+    import numba
+
+    from infiniop.backends.cpu import elementwise_kernels as ek
+    from infiniop.backends.cpu import jit, row_kernels
+    from infiniop.elementwise.spec import REGISTRY
+    from infiniop.rows import ops as row_ops
+
+    def program(op, dt):
+        spec = REGISTRY[op]
+        return spec.program(next(s for s in spec.signatures if s.dtypes[0] is dt))
+
+    def src(op, dt):
+        n = len(program(op, dt).slots)
+        return ek.source(program(op, dt), "flat", "1" * n, list(range(n)), [])
+
+    assert f"LOOP_INTERLEAVE = {ek.HEAVY_INTERLEAVE}" in src("silu", F32)
+    assert "LOOP_INTERLEAVE" not in src("sub", F32)
+
+    def rows(op, dt):
+        return row_kernels.interleave(op.program(next(s for s in op.signatures
+                                                      if s.dtypes[0] is dt)))
+
+    assert rows(row_ops.SOFTMAX, F32) == ek.HEAVY_INTERLEAVE
+    assert rows(row_ops.LAYER_NORM, BF16) == ek.HEAVY_INTERLEAVE   # bf16 row output
+    assert rows(row_ops.LAYER_NORM, F32) == 0
+
+    with jit.loop_interleave(2):
+        @numba.njit
+        def axpy(a, x, y):
+            for i in range(x.size):
+                y[i] = a * x[i] + y[i]
+            return y
+        got = axpy(np.float32(2.0), np.arange(37, dtype=np.float32), np.ones(37, np.float32))
+    assert_exact(got, 2 * np.arange(37, dtype=np.float32) + 1)
+
+
 def test_forced_nt_staged_math(handle, monkeypatch):
     """Math-heavy bodies are computed a stack chunk at a time and then streamed (``staged_loop``;
     fp16/bf16 as words, bf16 staged as float32 and rounded while streaming): flat over chunk

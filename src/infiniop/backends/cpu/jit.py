@@ -15,6 +15,7 @@ Every module that defines ``@njit`` functions imports this first. It:
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import numba
 from numba.core import caching
@@ -111,3 +112,24 @@ def object_code(library) -> bytes | None:
 # was imported applies to it too.
 if runtime._threads != runtime.MAX_THREADS:
     numba.set_num_threads(runtime._threads)
+
+
+@contextmanager
+def loop_interleave(count: int):
+    """Compile with LLVM's loop vectoriser interleaving ``count`` vector iterations (0: LLVM's
+    own choice). A generated module asks for it with ``LOOP_INTERLEAVE``: math-heavy bodies are
+    latency-bound (one long dependency chain per vector), and two chains side by side fill the
+    out-of-order window better. The option is LLVM-global, so it is set and reset under
+    Numba's compiler lock: other code compiled in this process keeps LLVM's choice."""
+    if not count:
+        yield
+        return
+    import llvmlite.binding as llvm
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        llvm.set_option("infiniop", f"-force-vector-interleave={int(count)}")
+        try:
+            yield
+        finally:
+            llvm.set_option("infiniop", "-force-vector-interleave=0")

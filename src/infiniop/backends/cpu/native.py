@@ -480,7 +480,8 @@ class Kernel:
 
         disp = self.dispatcher()
         nsig = _numba_types(sig)
-        disp.compile(nsig)
+        with jit.loop_interleave(getattr(self._import(), "LOOP_INTERLEAVE", 0)):
+            disp.compile(nsig)
         cres = disp.overloads[nsig]
         obj = jit.object_code(cres.library)
         if ENABLED and obj is not None:
