@@ -881,6 +881,8 @@ def test_heavy_kernels_ask_llvm_to_interleave():
 
     assert f"LOOP_INTERLEAVE = {ek.HEAVY_INTERLEAVE}" in src("silu", F32)
     assert "LOOP_INTERLEAVE" not in src("sub", F32)
+    assert ek.interleave(program("gelu", F32).results) == 2 * ek.HEAVY_INTERLEAVE  # in float64
+    assert ek.interleave(program("silu", F64).results) == 2 * ek.HEAVY_INTERLEAVE
 
     def rows(op, dt):
         return row_kernels.interleave(op.program(next(s for s in op.signatures

@@ -52,10 +52,13 @@ BLOCK_BYTES = 1 << 16
 # (silu f16: 1.3x).
 STAGE_BYTES = 4096
 STAGE_MIN_NODES = 16
-# Vector iterations LLVM's loop vectoriser interleaves in those bodies (jit.loop_interleave):
-# two independent chains per iteration. A/B, 16M elements, 2 threads, same bits: float32 silu
-# -6%, sigmoid -8%, tanh -11%, gelu -12%, erf -10%, log1p -9%; fp16/bf16 silu, sigmoid, gelu
-# -7 to -14%. Four was better for gelu/erf (-27%) and worse for silu and tanh (+8%, +22%).
+# Vector iterations LLVM's loop vectoriser interleaves in those bodies (jit.loop_interleave),
+# so that an iteration holds 16 elements of independent chains: 2 for float32 math, 4 where
+# most of the body is float64 (half the lanes). A/B, 16M elements, 2 threads, same bits, 2
+# against LLVM's choice: float32 silu -6%, sigmoid -8%, tanh -11%, gelu -12%, erf -10%, log1p
+# -9%, fp16/bf16 silu, sigmoid, gelu -7 to -14%; 4 against 2 for float64 bodies: float32 gelu
+# -22%, erf -17%, erfc -15%, erfinv -19%, float64 silu -12%, sigmoid -30%, tanh -8% (4 for
+# float32 bodies: silu +16%, tanh +37%).
 HEAVY_INTERLEAVE = 2
 TILE_SCRATCH_BYTES = 256 << 10  # one staged input's tile (the tiled kind): in L2
 # Vector width the kernels ask LLVM for (INFINIOP_VECTOR_BITS=256 keeps LLVM's default on
@@ -705,9 +708,18 @@ def source(program, kind: str, pattern: str, operands: list[int],
     else:
         g.strided()
     g.launchers(operands, pairs)
-    heavy = len(topo(program.results)) >= STAGE_MIN_NODES
-    tail = f"\nLOOP_INTERLEAVE = {HEAVY_INTERLEAVE}\n" if heavy else ""
-    return PRELUDE + "\n".join(g.L) + "\n" + tail
+    ilv = interleave(program.results)
+    return PRELUDE + "\n".join(g.L) + "\n" + (f"\nLOOP_INTERLEAVE = {ilv}\n" if ilv else "")
+
+
+def interleave(roots) -> int:
+    """``LOOP_INTERLEAVE`` for a body computing ``roots`` (0: LLVM's choice): see
+    HEAVY_INTERLEAVE."""
+    nodes = [n for n in topo(roots) if n.op not in ("input", "param", "const")]
+    if len(nodes) < STAGE_MIN_NODES:
+        return 0
+    return 2 * HEAVY_INTERLEAVE if 2 * sum(n.dtype == "f64" for n in nodes) > len(nodes) \
+        else HEAVY_INTERLEAVE
 
 
 KERNELS = ("serial", "parallel", "launch_serial", "launch_parallel")

@@ -34,7 +34,6 @@ from .elementwise_kernels import (
     KERNELS,
     NP,
     PRELUDE,
-    STAGE_MIN_NODES,
     STORAGE,
     WIDE,
     _const,
@@ -44,6 +43,7 @@ from .elementwise_kernels import (
     packed_word,
     render_body,
 )
+from .elementwise_kernels import interleave as interleave_for
 
 _TEMP = re.compile(r"\bt(\d+)\b")
 # elements per block of the streamed pass: a multiple of 64 bytes for every item size, and
@@ -573,17 +573,16 @@ def source(program, kind: str, pattern: str, inner: str, stream: bool, operands:
 
 
 def interleave(program) -> int:
-    """``LOOP_INTERLEAVE`` for a row program (see jit.loop_interleave): HEAVY_INTERLEAVE for
-    math-heavy bodies and bf16 row outputs, else LLVM's choice. A/B, (2048, 4096), 2 threads:
-    softmax -5/-9/-12% (f32/f16/bf16), logsoftmax -1/-9/-15%, rms_norm bf16 -22%; rms_norm
-    f32/f16 were 13%/6% slower with it, so light bodies keep LLVM's choice."""
+    """``LOOP_INTERLEAVE`` for a row program (see jit.loop_interleave): as for elementwise
+    bodies, over the per-element part; HEAVY_INTERLEAVE for bf16 row outputs too. A/B, (2048,
+    4096), 2 threads: softmax -5/-9/-12% (f32/f16/bf16), logsoftmax -1/-9/-15%, rms_norm bf16
+    -22%; rms_norm f32/f16 were 13%/6% slower with it, so light bodies keep LLVM's choice."""
     cache = program.nelem + len(program.reductions) + 1      # the last stage's kept values
     _, per_element = hoist([r.expr for st in program.stages for r in st] + list(program.results),
                            lambda k: k < program.nelem or k == cache, 1 << 20)
-    heavy = sum(nd.op not in ("input", "param", "const") for nd in topo(per_element)) >= STAGE_MIN_NODES
     bf16 = any(s.dtype is DType.BF16 and k == "row" and s.store is not None
                for s, k in zip(program.slots, program.kinds))
-    return HEAVY_INTERLEAVE if heavy or bf16 else 0
+    return interleave_for(per_element) or (HEAVY_INTERLEAVE if bf16 else 0)
 
 
 def kernel_functions(program, kind: str, pattern: str, inner: str, stream: bool,
