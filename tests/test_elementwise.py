@@ -861,6 +861,47 @@ def test_fission_cuts_heavy_bodies_only():
     assert not {id(n) for n in results} & {id(n) for n in first}
 
 
+def test_fission_keeps_the_bits(handle, monkeypatch):
+    """Kernels whose bodies fission.split cuts give the same bits as the same kernels generated
+    as one loop (split turned off), serial (one chunk and a tail), on the pool without
+    streaming stores (from two flat blocks: elementwise.parallel_threshold) and streamed
+    (staged), with NaN, infinities, signed zeros and tiny values."""
+    from infiniop.backends.cpu import elementwise as cpu_ew
+    from infiniop.backends.cpu import fission
+
+    rng = np.random.default_rng(21)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -1e-30, 88.0, -120.0],
+                        np.float32)
+
+    def data(dtype, n):
+        x = (rng.standard_normal(n) * 8).astype(np.float32)
+        x[rng.integers(0, n, min(n, 60))] = rng.choice(specials, min(n, 60))
+        return x.astype(dtype.numpy)
+
+    def run(name, x, nt_bytes):
+        with monkeypatch.context() as mp:
+            mp.setattr(runtime, "NT_THRESHOLD_BYTES", nt_bytes)
+            out = np.empty_like(x)
+            _desc_call(handle, name, out, [x])
+            return out
+
+    cases = [("silu", F32), ("sigmoid", F32), ("tanh", F32), ("quickgelu", F16), ("silu", F64)]
+    for name, dtype in cases:
+        spec = infiniop.OPERATORS[name]
+        prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dtype))
+        assert fission.split(prog.results), name
+        pool = cpu_ew.parallel_threshold(prog, dtype.itemsize)
+        assert pool < runtime.PARALLEL_THRESHOLD
+        for n, nt_bytes in ((5, 1 << 50), (1500, 1 << 50), (pool + 1000, 1 << 50),
+                            (pool + 1000, 64)):
+            x = data(dtype, n)
+            got = run(name, x, nt_bytes)
+            with monkeypatch.context() as mp:
+                mp.setattr(fission, "split", lambda results: None)
+                want = run(name, x, nt_bytes)
+            assert_exact(got, want)
+
+
 def test_heavy_kernels_ask_llvm_to_interleave():
     """Generated modules of math-heavy bodies (elementwise and row) carry LOOP_INTERLEAVE, light
     ones do not; jit.loop_interleave compiles inside it and leaves LLVM's own choice after."""

@@ -52,6 +52,7 @@ BLOCK_BYTES = 1 << 16
 # (silu f16: 1.3x).
 STAGE_BYTES = 4096
 STAGE_MIN_NODES = 16
+FISSION_CHUNK = 1024  # elements per chunk of an unstaged loop that fission.split cuts
 # Vector iterations LLVM's loop vectoriser interleaves in those bodies (jit.loop_interleave),
 # so that an iteration holds 16 elements of independent chains: 2 for float32 math, 4 where
 # most of the body is float64 (half the lanes). A/B, 16M elements, 2 threads, same bits, 2
@@ -345,18 +346,37 @@ class _Gen:
         return any(s.load == k and (self.pattern[j] == "0") == hoisted
                    for j, s in enumerate(self.slots))
 
-    def body(self, indent: str, ptr: str, index: str, nt: bool, stride: str = "st") -> None:
-        values = self.compute(indent, ptr, index, stride)
+    def body(self, indent: str, ptr: str, index: str, nt: bool, stride: str = "st",
+             given: dict | None = None) -> None:
+        values = self.compute(indent, ptr, index, stride, given=given)
         for j, value in zip(self.written, values):
-            idx = index if self.pattern[j] == "1" else f"{index} * {stride}{j}"
+            idx = index if self.pattern[j] == "1" else f"({index}) * {stride}{j}"
             if nt:
                 self.emit(f"{indent}nt_store({ptr}{j}, {idx}, {value})")
             else:
                 self.emit(f"{indent}{ptr}{j}[{idx}] = {value}")
 
-    def loop(self, indent: str, ptr: str, count: str, nt: bool = False) -> None:
-        self.emit(f"{indent}for i in range({count}):")
-        self.body(indent + "    ", ptr, "i", nt)
+    def loop(self, indent: str, ptr: str, count: str, nt: bool = False,
+             split: bool = False) -> None:
+        """``count`` elements; ``split``: bodies that fission.split cuts run as two loops over
+        chunks of FISSION_CHUNK elements (see staged_loop)."""
+        cut = fission.split(self.p.results) if split else None
+        if not cut:
+            self.emit(f"{indent}for i in range({count}):")
+            self.body(indent + "    ", ptr, "i", nt)
+            return
+        for n, node in enumerate(cut):
+            self.emit(f"{indent}fc{n} = stack_scratch({FISSION_CHUNK * DTYPE_BYTES[node.dtype]})")
+            self.emit(f"{indent}fp{n} = address_as_pointer(fc{n}, {NP[node.dtype]})")
+        self.emit(f"{indent}for c in range(0, {count}, {FISSION_CHUNK}):")
+        ind = indent + "    "
+        self.emit(f"{ind}cw = min({FISSION_CHUNK}, {count} - c)")
+        self.emit(f"{ind}for i in range(cw):")
+        for n, v in enumerate(self.render(ind + "    ", ptr, "c + i", cut, prefix="h")):
+            self.emit(f"{ind}    fp{n}[i] = {v}")
+        self.emit(f"{ind}for i in range(cw):")
+        self.body(ind + "    ", ptr, "c + i", nt,
+                  given={id(node): f"fp{n}[i]" for n, node in enumerate(cut)})
 
     def packing(self) -> int:
         """Elements per 32-bit word of the streamed outputs: 2 (16-bit) or 4 (8-bit) when every
@@ -481,7 +501,7 @@ class _Gen:
             self.pointers("    ", "q", "s{j}")
             self.loads("    ", "q", "0", True)
             if not par:
-                self.loop("    ", "q", "n")
+                self.loop("    ", "q", "n", split=True)
                 self.emit("    return 0")
                 continue
             self.emit("    head = 0")
@@ -510,7 +530,7 @@ class _Gen:
             self.nt_loop("            ", "r", str(block), f"s{{j}} + start * {isz0}")
             self.emit("            sfence()")
             self.emit("        else:")
-            self.loop("            ", "r", "m")
+            self.loop("            ", "r", "m", split=True)
             self.emit("    return 0")
 
     # -- strided ---------------------------------------------------------------------------------
