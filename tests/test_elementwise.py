@@ -13,6 +13,7 @@ layouts (contiguous, padded, in-place).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from math import prod
@@ -905,8 +906,6 @@ def test_fission_keeps_the_bits(handle, monkeypatch):
 def test_heavy_kernels_ask_llvm_to_interleave():
     """Generated modules of math-heavy bodies (elementwise and row) carry LOOP_INTERLEAVE, light
     ones do not; jit.loop_interleave compiles inside it and leaves LLVM's own choice after."""
-    import numba
-
     from infiniop.backends.cpu import elementwise_kernels as ek
     from infiniop.backends.cpu import jit, row_kernels
     from infiniop.elementwise.spec import REGISTRY
@@ -934,13 +933,22 @@ def test_heavy_kernels_ask_llvm_to_interleave():
     assert rows(row_ops.LAYER_NORM, F32) == 0
 
     with jit.loop_interleave(2):
-        @numba.njit
-        def axpy(a, x, y):
-            for i in range(x.size):
-                y[i] = a * x[i] + y[i]
-            return y
-        got = axpy(np.float32(2.0), np.arange(37, dtype=np.float32), np.ones(37, np.float32))
+        got = _axpy()(np.float32(2.0), np.arange(37, dtype=np.float32), np.ones(37, np.float32))
     assert_exact(got, 2 * np.arange(37, dtype=np.float32) + 1)
+
+
+@functools.cache
+def _axpy():
+    """A Numba function that lives as long as the process (a dispatcher made inside a test and
+    dropped leaves dead weak proxies that gc.get_objects() then lists)."""
+    import numba
+
+    @numba.njit
+    def axpy(a, x, y):
+        for i in range(x.size):
+            y[i] = a * x[i] + y[i]
+        return y
+    return axpy
 
 
 def test_forced_nt_staged_math(handle, monkeypatch):
