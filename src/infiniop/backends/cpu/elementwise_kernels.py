@@ -365,18 +365,27 @@ class _Gen:
             self.emit(f"{indent}for i in range({count}):")
             self.body(indent + "    ", ptr, "i", nt)
             return
-        for n, node in enumerate(cut):
-            self.emit(f"{indent}fc{n} = stack_scratch({FISSION_CHUNK * DTYPE_BYTES[node.dtype]})")
-            self.emit(f"{indent}fp{n} = address_as_pointer(fc{n}, {NP[node.dtype]})")
+        self.handover_arrays(indent, cut, FISSION_CHUNK, "f")
         self.emit(f"{indent}for c in range(0, {count}, {FISSION_CHUNK}):")
         ind = indent + "    "
         self.emit(f"{ind}cw = min({FISSION_CHUNK}, {count} - c)")
+        given = self.first_half(ind, ptr, "cw", "c + i", cut, "f")
         self.emit(f"{ind}for i in range(cw):")
-        for n, v in enumerate(self.render(ind + "    ", ptr, "c + i", cut, prefix="h")):
-            self.emit(f"{ind}    fp{n}[i] = {v}")
-        self.emit(f"{ind}for i in range(cw):")
-        self.body(ind + "    ", ptr, "c + i", nt,
-                  given={id(node): f"fp{n}[i]" for n, node in enumerate(cut)})
+        self.body(ind + "    ", ptr, "c + i", nt, given=given)
+
+    def handover_arrays(self, indent: str, cut, elements: int, tag: str) -> None:
+        """A stack array of ``elements`` values (``<tag>p<n>``) per node of a fission cut."""
+        for n, node in enumerate(cut):
+            self.emit(f"{indent}{tag}c{n} = stack_scratch({elements * DTYPE_BYTES[node.dtype]})")
+            self.emit(f"{indent}{tag}p{n} = address_as_pointer({tag}c{n}, {NP[node.dtype]})")
+
+    def first_half(self, indent: str, ptr: str, count: str, index: str, cut, tag: str) -> dict:
+        """The first loop of a cut body: ``count`` elements at ``index``, each value of the cut
+        stored to its array; the second loop's ``given``."""
+        self.emit(f"{indent}for i in range({count}):")
+        for n, v in enumerate(self.render(indent + "    ", ptr, index, cut, prefix="h")):
+            self.emit(f"{indent}    {tag}p{n}[i] = {v}")
+        return {id(node): f"{tag}p{n}[i]" for n, node in enumerate(cut)}
 
     def packing(self) -> int:
         """Elements per 32-bit word of the streamed outputs: 2 (16-bit) or 4 (8-bit) when every
@@ -427,19 +436,13 @@ class _Gen:
                       f"np.{'float32' if j in wide else self.st[j]})")
             self.emit(f"{indent}sw{j} = address_as_pointer(sc{j}, np.uint{8 * wbytes})")
         cut = fission.split(self.p.results)
-        for n, node in enumerate(cut or ()):
-            self.emit(f"{indent}hc{n} = stack_scratch({chunk * k * DTYPE_BYTES[node.dtype]})")
-            self.emit(f"{indent}hp{n} = address_as_pointer(hc{n}, {NP[node.dtype]})")
+        self.handover_arrays(indent, cut or (), chunk * k, "h")
         self.emit(f"{indent}for c in range(0, {words}, {chunk}):")
         ind = indent + "    "
         self.emit(f"{ind}cw = min({chunk}, {words} - c)")
         given = None
         if cut:  # loop fission: the first half of the chain, its values handed over in L1
-            self.emit(f"{ind}for i in range(cw * {k}):")
-            outs = self.render(ind + "    ", ptr, f"c * {k} + i", cut, prefix="h")
-            for n, v in enumerate(outs):
-                self.emit(f"{ind}    hp{n}[i] = {v}")
-            given = {id(node): f"hp{n}[i]" for n, node in enumerate(cut)}
+            given = self.first_half(ind, ptr, f"cw * {k}", f"c * {k} + i", cut, "h")
         self.emit(f"{ind}for i in range(cw * {k}):")
         values = self.compute(ind + "    ", ptr, f"c * {k} + i", raw=True, given=given)
         for j, (v, t) in zip(self.written, values):
