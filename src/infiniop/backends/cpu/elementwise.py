@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...dtype import DType
-from ...elementwise.expr import topo
 from . import native, runtime
 from .elementwise_kernels import (
     BLOCK_BYTES,
-    STAGE_MIN_NODES,
+    is_heavy,
     kernel_functions,
     launcher_tables,
     tile_shape,
@@ -37,7 +36,7 @@ def parallel_threshold(program, itemsize: int) -> int:
     least two flat blocks. silu float32, 2 threads (AMD EPYC): 32K elements 36 -> 24 us, 64K 72
     -> 42 us, 128K 142 -> 79 us (torch: 39, 38, 71); one block on the pool cost 3.5 us more."""
     base = runtime.PARALLEL_THRESHOLD
-    if len(topo(program.results)) < STAGE_MIN_NODES:
+    if not is_heavy(program.results):
         return base
     return min(base, max(base // 8, 2 * BLOCK_BYTES // itemsize))
 

@@ -467,7 +467,7 @@ class _Gen:
         whole 32-bit words (``packed_loop``), then the last ``count % k`` elements with
         ordinary stores."""
         k = self.packing()
-        heavy = len(topo(self.p.results)) >= STAGE_MIN_NODES
+        heavy = is_heavy(self.p.results)
         sizes = {self.isz[j] for j in self.written}
         if k == 1 and not (heavy and len(sizes) == 1 and sizes <= {4, 8}):
             self.loop(indent, ptr, count, nt=True)
@@ -735,12 +735,18 @@ def source(program, kind: str, pattern: str, operands: list[int],
     return PRELUDE + "\n".join(g.L) + "\n" + (f"\nLOOP_INTERLEAVE = {ilv}\n" if ilv else "")
 
 
+def is_heavy(roots) -> bool:
+    """Whether a body is math-heavy (STAGE_MIN_NODES expression nodes or more, leaves counted):
+    what staging, LOOP_INTERLEAVE and the pool threshold of such bodies go by."""
+    return len(topo(roots)) >= STAGE_MIN_NODES
+
+
 def interleave(roots) -> int:
     """``LOOP_INTERLEAVE`` for a body computing ``roots`` (0: LLVM's choice): see
     HEAVY_INTERLEAVE."""
-    nodes = [n for n in topo(roots) if n.op not in ("input", "param", "const")]
-    if len(nodes) < STAGE_MIN_NODES:
+    if not is_heavy(roots):
         return 0
+    nodes = [n for n in topo(roots) if n.op not in ("input", "param", "const")]
     return 2 * HEAVY_INTERLEAVE if 2 * sum(n.dtype == "f64" for n in nodes) > len(nodes) \
         else HEAVY_INTERLEAVE
 
