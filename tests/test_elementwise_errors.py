@@ -4,6 +4,7 @@ output buffer is canary-filled before the call and compared byte for byte after 
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -588,3 +589,69 @@ def test_last_layout_shortcut_keeps_every_check():
     # without out=: a new array each call, of the remembered shape and dtype
     first, second = infiniop.sub(a, b), infiniop.sub(a, b)
     assert first is not second and np.array_equal(first, second) and first.dtype == np.float32
+
+
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_array_launcher_checks_what_python_no_longer_does(handle, dt):
+    """The descriptors' NumPy fast path tests only ``type(x) is ndarray`` in Python (a small call
+    costs ~0.4 us less); the compiled launcher refuses the rest itself: another rank or a
+    read-only output on entry (``checked_arrays``: TypeError, nothing read or written), another
+    dtype of the same size in ``arrays.layout_end`` (a nonzero code). fp16/bf16 arrays enter as
+    they are. Through ``calculate`` each bad call gets the status the general path gives."""
+    from infiniop.backends.cpu import ndarray_abi
+    from infiniop.dtype import as_dtype
+
+    if handle.device is not infiniop.Device.CPU:
+        pytest.skip("the CPU backend's launcher")
+    npdt = np.dtype(ml_dtypes.bfloat16) if dt == "bfloat16" else np.dtype(dt)
+    desc = infiniop.create_sub_descriptor(handle, *[td(S, dtype=as_dtype(npdt))] * 3)
+    kern = desc._kernel
+    assert kern.array_launcher_checked == ndarray_abi.verified() is True
+    launch, meta = kern.array_launcher, kern.array_launcher_args[0]
+    rng = np.random.default_rng(7)
+    a, b = (rng.standard_normal(S).astype(np.float32).astype(npdt) for _ in range(2))
+    want = (a.astype(np.float32) - b.astype(np.float32)).astype(npdt)
+    out = np.full(S, 7, npdt)
+    ro_a = a.copy()
+    ro_a.flags.writeable = False
+    assert launch(out, ro_a, b, meta) == 0  # read-only inputs are fine
+    assert out.tobytes() == want.tobytes()
+    ro = np.full(S, 7, npdt)
+    ro.flags.writeable = False
+    same_size = {"float32": np.int32, "float16": np.uint16, "bfloat16": np.float16}[dt]
+    fresh = np.full(S, 7, npdt)
+    for args in [(ro, a, b), (fresh.reshape(-1), a, b), (fresh, a[None], b),
+                 (fresh, a, b.reshape(S + (1,)))]:
+        with pytest.raises(TypeError):
+            launch(*args, meta)
+    assert np.all(ro.astype(np.float32) == 7) and np.all(fresh.astype(np.float32) == 7)
+    assert launch(fresh.view(same_size), a, b, meta) == 1
+    assert launch(fresh, a, b.view(same_size), meta) == 3
+    assert np.all(fresh.astype(np.float32) == 7)
+    # the descriptor: the same statuses as without the fast path
+    slow = infiniop.create_sub_descriptor(handle, *[td(S, dtype=as_dtype(npdt))] * 3)
+    slow._fast = None
+    for args in [(ro, a, b), (fresh.reshape(-1), a, b), (fresh, a, b.view(same_size)),
+                 (fresh.view(same_size), a, b)]:
+        assert _status_of(lambda d=desc, x=args: d.calculate(None, *x)) == \
+            _status_of(lambda d=slow, x=args: d.calculate(None, *x))
+    desc.calculate(None, fresh, a, b)
+    assert fresh.tobytes() == want.tobytes()
+
+
+def test_ndarray_fields_are_where_the_launchers_read_them():
+    """``ndarray_abi``'s offsets against what NumPy reports, on arrays of every rank 0-5, dtype,
+    sign of stride and writability (the launchers' entry checks read these fields)."""
+    from infiniop.backends.cpu import ndarray_abi
+
+    rng = np.random.default_rng(3)
+    for k in range(200):
+        nd = int(rng.integers(0, 6))
+        shape = tuple(int(v) for v in rng.integers(0, 4, nd))
+        dt = [np.float32, np.float16, np.int8, np.float64, ml_dtypes.bfloat16][k % 5]
+        a = np.zeros(shape, dt)
+        if nd and a.size:
+            a = np.flip(a, int(rng.integers(0, nd)))
+        a.flags.writeable = bool(k % 3)
+        got, want = ndarray_abi._fields(a), ndarray_abi._expected(a)
+        assert got[:5] == want[:5] and got[5] & 0x401 == want[5], (shape, dt)

@@ -811,11 +811,15 @@ def test_check_fits_layout_property(itemsize, shape, data):
         check_fits(inspect_buffer(arr), desc, "x", writable=False)
     else:
         raises(want, check_fits, inspect_buffer(arr), desc, "x", writable=False)
-    meta = np.array([desc.ndim, *desc.shape, *(s * itemsize for s in desc.strides)], np.int64)
-    end = layout_end(arr, meta, 0)
-    assert end in (-1, 1 + 2 * desc.ndim)
-    if not desc.is_empty or end != -1:
-        assert (end != -1) == (want is None), (end, want)
+    layout = [desc.ndim, *desc.shape, *(s * itemsize for s in desc.strides)]
+    for dtype_id in (0, id(arr.dtype)):  # 0: the dtype is checked by the caller
+        end = layout_end(arr, np.array([dtype_id, *layout], np.int64), 0)
+        assert end in (-1, 2 + 2 * desc.ndim)
+        if not desc.is_empty or end != -1:
+            assert (end != -1) == (want is None), (end, want)
+    # another dtype of the same size is refused whatever the layout
+    other = np.dtype({1: np.uint8, 2: np.float16, 4: np.float32, 8: np.float64}[itemsize])
+    assert layout_end(arr, np.array([id(other), *layout], np.int64), 0) == -1
 
 
 # ---------------------------------------------------------------------------------------------

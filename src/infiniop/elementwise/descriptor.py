@@ -5,12 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..descriptor import MISSING, OperandsDescriptor, check_descriptor, check_handle
-from ..dtype import DType
 from ..status import InfiniError, Status
 from .plan import plan
-
-_HALF = (DType.F16, DType.BF16)
-_U16 = np.dtype(np.uint16)
 
 
 class ElementwiseDescriptor(OperandsDescriptor):
@@ -47,7 +43,7 @@ class ElementwiseDescriptor(OperandsDescriptor):
         self._kernel = handle.backend.elementwise_kernel(info, handle=handle)
         launcher = getattr(self._kernel, "array_launcher", None)
         self._fast = None if launcher is None or self._empty else _fast_path(
-            launcher, self._kernel.array_launcher_args, info, ops)
+            self._kernel, info, ops)
         self._fast_device = None
         if handle.backend.MEMORY_KIND == "cuda" and not self._empty:
             self._fast_device = _device_fast_path(self._kernel.launch_pointers, info, ops,
@@ -81,37 +77,43 @@ class ElementwiseDescriptor(OperandsDescriptor):
         super().destroy()
 
 
-def _fast_path(launcher, extra_args, info, ops):
+def _fast_path(kernel, info, ops):
     """A per-descriptor closure for the common call: all NumPy arrays of the right dtypes.
-    Generated for the operator's operands so the check is a handful of identity tests (a small
-    call must cost about what NumPy's own ufunc call costs). Returns the launcher's code
-    (0 = done), or -1 when the arguments need the general path."""
+    Generated for the operator's operands so that what Python checks is a handful of identity
+    tests (a small call must cost about what NumPy's own ufunc call costs): the kernel's
+    ``array_launcher`` checks the rest in compiled code (rank and writability on entry, see
+    ``checked_arrays``; dtype, shape, strides and overlaps in the launcher), or, where it cannot
+    (``array_launcher_checked`` false), Python checks the dtype, rank and writability first.
+    fp16/bf16 arrays go in as they are (the launcher types them as their uint16 storage).
+    Returns the launcher's code (0 = done), or -1 when the arguments need the general path."""
     n = len(ops)
+    checked = getattr(kernel, "array_launcher_checked", False)
     present = [d is not None for d in info.descs]
-    xs = [f"x{j}" for j in range(n)]
     checks = []
     for j, o in enumerate(ops):
         if not present[j]:
             checks.append(f"x{j} is None")
             continue
-        # the launcher is compiled for this dtype and ndim (native.Kernel: types not checked)
-        checks.append(f"type(x{j}) is nd and x{j}.dtype is d{j} and x{j}.ndim == {info.descs[j].ndim}")
-        if o.writes:
-            checks.append(f"x{j}.flags.writeable")
-    view = "".join(f"    x{j} = x{j}.view(u16)\n" for j in range(n)
-                   if present[j] and info.descs[j].dtype in _HALF)
+        checks.append(f"type(x{j}) is nd")
+        if not checked:  # the launcher is compiled for this dtype and ndim: types not checked
+            checks.append(f"x{j}.dtype is d{j} and x{j}.ndim == {info.descs[j].ndim}")
+            if o.writes:
+                checks.append(f"x{j}.flags.writeable")
+    extra = kernel.array_launcher_args
     args = [f"x{j}" for j in range(n) if present[j]] + [f"p{k}" for k in range(len(info.params))]
-    args += [f"e{k}" for k in range(len(extra_args))]
+    args += [f"e{k}" for k in range(len(extra))]
     src = (
         f"def fast(bufs):\n"
         f"    if len(bufs) != {n}:\n        return -1\n"
-        f"    {', '.join(xs)}{',' if n == 1 else ''} = bufs\n"
+        f"    {', '.join(f'x{j}' for j in range(n))}{',' if n == 1 else ''} = bufs\n"
         f"    if not ({' and '.join(checks)}):\n        return -1\n"
-        f"{view}"
-        f"    return launcher({', '.join(args)})\n"
+        f"    try:\n"
+        f"        return launcher({', '.join(args)})\n"
+        f"    except TypeError:  # refused on entry (rank, read-only): the general path says why\n"
+        f"        return -1\n"
     )
-    env = {"nd": np.ndarray, "u16": _U16, "launcher": launcher}
-    env.update({f"e{k}": v for k, v in enumerate(extra_args)})
+    env = {"nd": np.ndarray, "launcher": kernel.array_launcher}
+    env.update({f"e{k}": v for k, v in enumerate(extra)})
     env.update({f"p{k}": v for k, v in enumerate(info.params)})
     env.update({f"d{j}": d.dtype.numpy for j, d in enumerate(info.descs) if d is not None})
     exec(src, env)

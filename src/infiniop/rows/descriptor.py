@@ -43,8 +43,7 @@ class RowDescriptor(OperandsDescriptor):
         self.workspace_size = 0
         self._kernel = None if info.empty else handle.backend.row_kernel(info, handle=handle)
         launcher = getattr(self._kernel, "array_launcher", None)
-        self._fast = None if launcher is None else _fast_path(
-            launcher, self._kernel.array_launcher_args, info, ops)
+        self._fast = None if launcher is None else _fast_path(self._kernel, info, ops)
 
     @property
     def params(self) -> dict:

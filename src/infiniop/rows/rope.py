@@ -178,8 +178,7 @@ class RopeDescriptor(OperatorDescriptor):
         if launcher is not None:
             from ..elementwise.descriptor import _fast_path
 
-            self._fast = _fast_path(launcher, self._kernel.array_launcher_args, _FastInfo(info),
-                                    _OPERANDS)
+            self._fast = _fast_path(self._kernel, _FastInfo(info), _OPERANDS)
 
     def calculate(self, workspace=MISSING, *buffers, stream=None) -> None:
         fast = self._fast

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dtype import DType
-from . import native, runtime
+from . import native, ndarray_abi, runtime
 from .elementwise_kernels import (
     BLOCK_BYTES,
     is_heavy,
@@ -26,8 +26,20 @@ def staged_pattern(info) -> str:
 
 
 def array_dtype(dtype: DType) -> np.dtype:
-    """The dtype of the arrays the descriptor's fast path passes (fp16/bf16 as uint16 views)."""
+    """The storage dtype an array launcher types an operand with (fp16/bf16 as uint16)."""
     return np.dtype(np.uint16) if dtype in (DType.F16, DType.BF16) else np.dtype(dtype.numpy)
+
+
+def launcher_arrays(descs, written) -> list:
+    """The array argument types of a generated array launcher (``launchers``), one per present
+    operand (``descs``; ``written``: their positions the operator writes): storage dtype and rank.
+    Where this NumPy's array layout is verified (``ndarray_abi``) the launcher checks the arrays
+    itself (``checked_arrays``: rank, writability; ``layout_end``: the dtype, so fp16/bf16
+    arrays enter without a uint16 view); else the fast path checks them in Python."""
+    checked = ndarray_abi.verified()
+    return [native.array(array_dtype(d.dtype), d.ndim,
+                         access=("w" if u in written else "r") if checked else "")
+            for u, d in enumerate(descs)]
 
 
 def parallel_threshold(program, itemsize: int) -> int:
@@ -101,8 +113,10 @@ class ElementwiseKernel:
         # For callers that bind the trailing arguments themselves (the descriptor's fast path):
         # NumPy arrays of each operand's storage dtype (fp16/bf16 as uint16) and ndim, any
         # strides; the caller checks both before calling.
-        arrays = [native.array(array_dtype(info.descs[k].dtype), info.descs[k].ndim)
-                  for k in operands]
+        ops = info.spec.operands
+        arrays = launcher_arrays([info.descs[k] for k in operands],
+                                 {u for u, k in enumerate(operands) if ops[k].writes})
+        self.array_launcher_checked = ndarray_abi.verified()
         self.array_launcher_args = (self.meta,)
         self.array_launcher = fns[f"launch_{which}"].specialize(
             *arrays, *self.params, *self.array_launcher_args)

@@ -30,7 +30,7 @@ import os
 
 from ...dtype import DType
 from ...elementwise.expr import BINARY, LIBM, Expr, topo
-from . import fission
+from . import fission, ndarray_abi
 from .codegen import kernels
 from .cpuinfo import TILE_ROW_BYTES
 
@@ -80,17 +80,21 @@ def launcher_tables(head: list[int], info, operands: list[int], origins: list[in
                     extras=()):
     """The one int64 table the generated array launchers read (see :func:`launchers`):
     ``head``, each operand's byte reach (lo, hi + 1), the slots' origins, the overlap checks'
-    aliasable flags; then each operand's ``ndim, shape..., byte strides...`` (what
-    ``arrays.layout_end`` compares an array with); then each of ``extras`` (the kernel's own
-    int64 arrays, 1-D or 2-D) as ``rows, cols, values...``. One array: each argument a launch
-    unboxes costs about as much as a small kernel's work."""
+    aliasable flags; then each operand's ``dtype, ndim, shape..., byte strides...`` (what
+    ``arrays.layout_end`` compares an array with; ``dtype`` is the address of its NumPy dtype
+    when the launcher checks it, see :func:`launcher_arrays`); then each of ``extras`` (the
+    kernel's own int64 arrays, 1-D or 2-D) as ``rows, cols, values...``. One array: each
+    argument a launch unboxes costs about as much as a small kernel's work."""
     import numpy as np
 
+    checked = ndarray_abi.verified()
     meta, layouts = list(head), []
     for d in (info.descs[k] for k in operands):
         lo, hi = d.reach
         meta += [lo * d.dtype.itemsize, (hi + 1) * d.dtype.itemsize]
-        layouts += [d.ndim, *d.shape, *(st * d.dtype.itemsize for st in d.strides)]
+        # the dtype objects live as long as NumPy (builtins) or ml_dtypes (bfloat16)
+        layouts += [id(d.dtype.numpy) if checked else 0, d.ndim, *d.shape,
+                    *(st * d.dtype.itemsize for st in d.strides)]
     meta += origins
     meta += [int(c.aliasable) for c in info.checks]
     for x in extras:

@@ -50,15 +50,18 @@ ENABLED = (os.environ.get("INFINIOP_NATIVE", "1") != "0" and sys.platform.starts
 # ------------------------------------------------------------------------------ argument types
 
 class ArrayType(NamedTuple):
-    """An array argument: dtype (NumPy), number of dims, layout ('C' contiguous, or 'A' any)."""
+    """An array argument: dtype (NumPy), number of dims, layout ('C' contiguous, or 'A' any);
+    ``access`` 'r' or 'w' for a ``checked_arrays.CheckedArray`` (read-only, or written: the
+    launcher checks rank and writability itself), '' for Numba's own array."""
 
     dtype: np.dtype
     ndim: int
     layout: str = "A"
+    access: str = ""
 
 
-def array(dtype, ndim: int, layout: str = "A") -> ArrayType:
-    return ArrayType(np.dtype(dtype), int(ndim), layout)
+def array(dtype, ndim: int, layout: str = "A", access: str = "") -> ArrayType:
+    return ArrayType(np.dtype(dtype), int(ndim), layout, access)
 
 
 def describe(args) -> tuple:
@@ -84,16 +87,22 @@ def describe(args) -> tuple:
 
 
 def _text(sig: tuple) -> str:
-    return ",".join(f"{t.dtype.str}[{t.ndim}{t.layout}]" if isinstance(t, ArrayType) else t
-                    for t in sig)
+    return ",".join(f"{t.dtype.str}[{t.ndim}{t.layout}{t.access}]" if isinstance(t, ArrayType)
+                    else t for t in sig)
 
 
 def _numba_types(sig: tuple) -> tuple:
     from numba import from_dtype
     from numba import types as nt
 
-    return tuple(nt.Array(from_dtype(t.dtype), t.ndim, t.layout) if isinstance(t, ArrayType)
-                 else getattr(nt, t) for t in sig)
+    from .checked_arrays import CheckedArray
+
+    def array_type(t: ArrayType):
+        if t.access:
+            return CheckedArray(from_dtype(t.dtype), t.ndim, t.layout, readonly=t.access == "r")
+        return nt.Array(from_dtype(t.dtype), t.ndim, t.layout)
+
+    return tuple(array_type(t) if isinstance(t, ArrayType) else getattr(nt, t) for t in sig)
 
 
 # ------------------------------------------------------------------------------ Numba's C runtime

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import runtime
-from .codegen import load_module
+from . import ndarray_abi, runtime
+from .codegen import kernels
+from .elementwise import launcher_arrays
 from .elementwise_kernels import PRELUDE, STORAGE, WIDE, _load, _store, launcher_tables, launchers
 from .row_kernels import _render
 
@@ -117,7 +118,8 @@ class RopeKernel:
         steps = _step(ya) + _step(xa) + "-" + _step(s3) + _step(s4)
         pairs = [(0, k) for k in range(1, 5)]
         src = source(prog, steps, list(range(5)), pairs)
-        mod = load_module(f"rope_{prog.key[:10]}_{steps}", src)
+        fns = kernels(f"rope_{prog.key[:10]}_{steps}", src,
+                      ("serial", "parallel", "launch_serial", "launch_parallel"))
         n = info.numel
         self.parallel = info.rows > 1 and n >= runtime.PARALLEL_THRESHOLD
         per_task = info.rows
@@ -131,11 +133,16 @@ class RopeKernel:
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(3, lay.ndim)
         self._steps = np.array([ya, yb, xa, xb, t3, s3, t4, s4], dtype=np.int64)
         self._sizes = (info.half, info.max_pos, per_task)
-        self._fn = mod.parallel if self.parallel else mod.serial
+        # fixed argument types (native.Kernel), as in elementwise.ElementwiseKernel
+        which = "parallel" if self.parallel else "serial"
+        self._fn = fns[which].specialize(0, 0, 0, 0, 0, self._shape, self._strides, self._steps,
+                                         *self._sizes)
         self.meta = launcher_tables(list(self._sizes), info, range(5), self._origins,
                                     (self._shape, self._strides, self._steps))
-        self.array_launcher = mod.launch_parallel if self.parallel else mod.launch_serial
         self.array_launcher_args = (self.meta,)
+        self.array_launcher_checked = ndarray_abi.verified()
+        self.array_launcher = fns[f"launch_{which}"].specialize(
+            *launcher_arrays(info.descs, {0}), self.meta)
 
     def launch_pointers(self, addresses, stream=None) -> int:
         ptrs = [a + o for a, o in zip(addresses, self._origins)]

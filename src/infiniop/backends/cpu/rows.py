@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...rows.spec import lanes_for
-from . import native, runtime
-from .elementwise import array_dtype
+from . import ndarray_abi, runtime
+from .elementwise import launcher_arrays
 from .elementwise_kernels import launcher_tables
 from .row_kernels import kernel_functions
 
@@ -62,8 +62,10 @@ class RowKernel:
         which = "parallel" if self.parallel else "serial"
         self._fn = fns[which].specialize(*[0] * len(slots), *self.params, *self._sizes)
         self.array_launcher_args = (self.meta,)
-        arrays = [native.array(array_dtype(info.descs[k].dtype), info.descs[k].ndim)
-                  for k in operands]
+        ops = info.spec.operands
+        arrays = launcher_arrays([info.descs[k] for k in operands],
+                                 {u for u, k in enumerate(operands) if ops[k].writes})
+        self.array_launcher_checked = ndarray_abi.verified()
         self.array_launcher = fns[f"launch_{which}"].specialize(
             *arrays, *self.params, *self.array_launcher_args)
 
