@@ -837,6 +837,60 @@ def test_forced_nt_narrow_outputs(handle, monkeypatch):
         _check_raw(yraw, ys, 2 * n)
 
 
+def test_light_half_streams_stage_where_stores_would_alias(handle, monkeypatch):
+    """Light fp16/bf16 bodies stream packed 32-bit words, except where an output starts 1-80
+    bytes ahead of a unit-stride input mod 4096 (4K aliasing: ``aliasing_risk``), where they
+    take the staged loop. Flat (neg, sub, clip with 0-stride bounds; two blocks and a tail) and
+    strided rows (sub with a padded input) give the serial loop's bits at every 64-byte output
+    offset in a page against inputs at 16 mod 4096, with NaN, infinities and signed zeros, and
+    no byte outside the output is touched. The generated source has the switch for fp16/bf16
+    outputs, not for float32 ones (stored element by element)."""
+    from infiniop.backends.cpu import elementwise_kernels as ek
+    from infiniop.elementwise.spec import REGISTRY
+
+    def switch_in(op, dt):
+        spec = REGISTRY[op]
+        prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dt))
+        ns = len(prog.slots)
+        return "& 4095) <= 80" in ek.source(prog, "flat", "1" * ns, list(range(ns)), [])
+
+    assert switch_in("neg", F16) and switch_in("sub", BF16) and not switch_in("sub", F32)
+    assert not switch_in("silu", F16)  # math-heavy: always staged
+    rng = np.random.default_rng(21)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, 65504.0], np.float32)
+
+    def page_array(shape, dtype, page_offset):
+        nbytes = prod(shape) * dtype.itemsize
+        raw = np.empty(nbytes + 8192, np.uint8)
+        start = (-raw.ctypes.data) % 4096 + page_offset
+        x = (rng.standard_normal(prod(shape)) * 3).astype(np.float32)
+        x[rng.integers(0, x.size, 50)] = rng.choice(specials, 50)
+        a = raw[start:start + nbytes].view(dtype.numpy).reshape(shape)
+        a[...] = x.astype(dtype.numpy).reshape(shape)
+        return a
+
+    for dtype in (F16, BF16):
+        n = 2 * 32768 + 37
+        a, b = page_array((n,), dtype, 16), page_array((n,), dtype, 16)
+        lo = np.broadcast_to(np.array(-1.0, dtype.numpy), (n,))
+        hi = np.broadcast_to(np.array(1.0, dtype.numpy), (n,))
+        rows = page_array((4, 2 * 2100), dtype, 16)[:, :2100]
+        rb = page_array((4, 2100), dtype, 16)
+        cases = [("neg", [a]), ("sub", [a, b]), ("clip", [a, lo, hi]), ("sub", [rows, rb])]
+        wants = [getattr(infiniop, name)(*ins) for name, ins in cases]  # serial, plain stores
+        with monkeypatch.context() as mp:
+            mp.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+            mp.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+            for (name, ins), want in zip(cases, wants):
+                for page_offset in range(0, 4096, 64):
+                    raw = np.full(want.nbytes + 8192, CANARY, np.uint8)
+                    start = (-raw.ctypes.data) % 4096 + page_offset
+                    out = raw[start:start + want.nbytes].view(dtype.numpy).reshape(want.shape)
+                    _desc_call(handle, name, out, ins)
+                    assert_exact(out, want)
+                    _check_raw(raw, start, out.nbytes)
+
+
 def test_fission_cuts_heavy_bodies_only():
     """Light bodies stay one loop; silu float32 is cut into two, handing over at most
     MAX_CROSSING non-boolean values that the first loop computes; a body whose cut would

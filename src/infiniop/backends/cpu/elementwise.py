@@ -111,8 +111,8 @@ class ElementwiseKernel:
         sizes_args = self._sizes if self._flat else (self._shape, self._strides, *self._sizes)
         self._fn = fns[which].specialize(*[0] * len(slots), *self.params, *sizes_args)
         # For callers that bind the trailing arguments themselves (the descriptor's fast path):
-        # NumPy arrays of each operand's storage dtype (fp16/bf16 as uint16) and ndim, any
-        # strides; the caller checks both before calling.
+        # NumPy arrays of each operand's rank, typed as its storage dtype (fp16/bf16 as
+        # uint16), any strides; see launcher_arrays for who checks what.
         ops = info.spec.operands
         arrays = launcher_arrays([info.descs[k] for k in operands],
                                  {u for u, k in enumerate(operands) if ops[k].writes})

@@ -1,6 +1,7 @@
 """Low-level Numba intrinsics (llvmlite) the kernels need and Numba does not expose.
 
-- ``address_as_pointer(addr, dtype)``: an int address as a typed pointer (raw-address kernels).
+- ``address_as_pointer(addr, dtype)``: an int address as a typed pointer (raw-address kernels);
+  ``pointer_address(ptr)`` the other way.
 - ``nt_store(ptr, i, value)``: a store tagged ``!nontemporal`` that claims 64-byte alignment.
   The loop vectoriser turns it into ``vmovntps``/``vmovntdq`` stores. The claim is only true for
   vector stores, so callers MUST start every vectorised loop at a 64-byte aligned address and
@@ -33,6 +34,18 @@ def address_as_pointer(typingctx, addr, dtype):
 
     def codegen(context, builder, signature, args):
         return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
+
+
+@intrinsic
+def pointer_address(typingctx, ptr):
+    if not isinstance(ptr, types.CPointer):
+        return None
+    sig = types.int64(ptr)
+
+    def codegen(context, builder, signature, args):
+        return builder.ptrtoint(args[0], ir.IntType(64))
 
     return sig, codegen
 
