@@ -171,7 +171,8 @@ import numpy as np
 from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
-    bitcast, prefer_512_bit_vectors, prefetch, stack_scratch, pointer_address)
+    bitcast, prefer_512_bit_vectors, prefetch, stack_scratch, pointer_address, opaque,
+    canonical)
 from infiniop.backends.cpu.transpose import tile_transpose, tile_transpose_256
 from infiniop.backends.cpu.arrays import layout_end
 
@@ -292,6 +293,9 @@ class _Gen:
         self.isz = [s.dtype.itemsize for s in self.slots]
         self.st = [STORAGE[s.dtype] for s in self.slots]
         self.used = {n.args[0] for n in topo(program.results) if n.op == "input"}
+        self.compared = compared_inputs(
+            program.results, {s.load for j, s in enumerate(self.slots)
+                              if s.load is not None and pattern[j] != "0"})
         self.params = [f"p{k}" for k in range(len(program.params))]
         self.written = [j for j, s in enumerate(self.slots) if s.store is not None]
         self.L: list[str] = []
@@ -317,7 +321,10 @@ class _Gen:
             if not self.loaded(j) or (cls == "0") != hoisted:
                 continue
             idx = "0" if cls == "0" else index if cls in "1t" else f"({index}) * {stride}{j}"
-            self.emit(f"{indent}{var}{s.load} = {_load(s.dtype, f'{ptr}{j}[{idx}]')}")
+            value = _load(s.dtype, f"{ptr}{j}[{idx}]")
+            if s.dtype is DType.F16 and s.load in self.compared:  # see intrinsics.canonical
+                value = f"{'opaque' if hoisted else 'canonical'}({value})"
+            self.emit(f"{indent}{var}{s.load} = {value}")
 
     def compute(self, indent: str, ptr: str, index: str, stride: str = "st",
                 lane: str = "", raw: bool = False, given: dict | None = None) -> list:
@@ -759,6 +766,32 @@ def source(program, kind: str, pattern: str, operands: list[int],
     g.launchers(operands, pairs)
     ilv = interleave(program.results)
     return PRELUDE + "\n".join(g.L) + "\n" + (f"\nLOOP_INTERLEAVE = {ilv}\n" if ilv else "")
+
+
+def compared_inputs(roots, streamed) -> set[int]:
+    """The inputs whose fp16 loads go through ``intrinsics.canonical`` (or ``opaque`` where
+    hoisted): those a minimum/maximum reads directly (or through neg/abs) against a constant, a
+    parameter, a computed value or a hoisted input, and those a NaN test reads. Loaded from
+    fp16, LLVM narrows those NaN tests and comparisons to half precision. clip and hardtanh
+    float16 (AMD EPYC, 2 threads, same bits): 16M 3.35 -> 2.89 ms, clip 64K 25 -> 13 us. Not
+    for minimum/maximum of two streamed inputs (their comparison is narrowed anyway: maximum
+    float16 +8%) nor for the comparisons with constants of gelu/silu/hardswish (-2..+4%).
+    ``streamed``: the inputs loaded per element."""
+    def source(a):
+        while a.op in ("neg", "abs"):
+            a = a.args[0]
+        return a.args[0] if a.op == "input" else None
+
+    out = set()
+    for node in topo(roots):
+        if node.op == "isnan" and source(node.args[0]) is not None:
+            out.add(source(node.args[0]))
+        if node.op in ("minimum", "maximum"):
+            ks = [source(a) for a in node.args]
+            for k, other in ((ks[0], ks[1]), (ks[1], ks[0])):
+                if k is not None and not (other in streamed and k in streamed):
+                    out.add(k)
+    return out
 
 
 def is_heavy(roots) -> bool:
