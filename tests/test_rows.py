@@ -13,7 +13,7 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import assert_canary, assert_exact, place, raises
+from conftest import CANARY, assert_canary, assert_exact, place, raises
 
 import infiniop
 from infiniop import DType, Status, TensorDescriptor
@@ -440,6 +440,52 @@ def test_streamed_fp16_rows_are_staged_exactly(handle, monkeypatch):
     for out in (lambda: infiniop.empty_aligned(x.shape, np.float16), offset_out):
         for got, want in zip(calls(out), base):
             assert_exact(got, want)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
+def test_streamed_rows_stage_where_stores_would_alias(handle, monkeypatch, dtype):
+    """bf16 and 4-byte row outputs stream straight from the compute loop, except a block whose
+    output row starts 1-80 bytes ahead of an input of its size mod 4096 (row_kernels'
+    ``aliasing_risk``: 4K aliasing), which goes through a stack chunk. Inputs at 16 bytes into
+    a page, the output swept over every 64-byte offset of a page: rms_norm and layer_norm's two
+    row outputs (every row operator streams through the same code) give the serial loop's
+    bits, and nothing outside the outputs is written."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    rng = np.random.default_rng(13)
+    isz = np.dtype(dtype).itemsize
+    rows, n = 5, 2048 + 16 // isz + 3   # a partial block and a tail
+
+    def at_page(a, page_offset):
+        raw = np.zeros(a.nbytes + 8192, np.uint8)
+        start = (-raw.ctypes.data) % 4096 + page_offset
+        out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+        out[...] = a
+        return out
+
+    x = at_page(draw(rng, dtype, (rows, n), 3), 16)
+    w = at_page(draw(rng, dtype, (n,)), 16)
+
+    def calls(out):
+        return [run(handle, "rms_norm", [out()], [x, w], epsilon=1e-6)[0],
+                *run(handle, "layer_norm", [out(), out(), np.empty(rows, dtype)], [x, w, w])[:2]]
+
+    base = calls(lambda: np.empty_like(x))
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    for page_offset in range(0, 4096, 64):
+        bufs = []
+
+        def out(page_offset=page_offset, bufs=bufs):
+            raw = np.full(x.nbytes + 8192, CANARY, np.uint8)
+            start = (-raw.ctypes.data) % 4096 + page_offset
+            bufs.append((raw, start))
+            return raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
+
+        for got, want in zip(calls(out), base):
+            assert_exact(got, want)
+        for raw, start in bufs:
+            assert (raw[:start] == CANARY).all() and (raw[start + x.nbytes:] == CANARY).all()
 
 
 def test_large_rows_parallel(handle):

@@ -392,8 +392,14 @@ class _Gen:
         if k > 1 and all(self.slots[j].dtype is DType.F16 for j in outs_j):
             self.staged_block(I + "    ", outs_j, k, values)
             return
-        e(f"{I}    for i in range(i0, min(i0 + {_BLOCK // k}, words)):")
-        J = I + "        "
+        B = I + "    "
+        risk = self.aliasing_risk(outs_j)
+        if risk:  # see aliasing_risk
+            e(f"{B}if {risk}:")
+            self.staged_block(B + "    ", outs_j, k, values)
+            e(f"{B}    continue")
+        e(f"{B}for i in range(i0, min(i0 + {_BLOCK // k}, words)):")
+        J = B + "    "
         lanes = []
         for u in range(k):
             e(f"{J}j = head + {k} * i + {u}")
@@ -404,16 +410,33 @@ class _Gen:
                 continue
             e(f"{J}nt_store(w{j}, i, {packed_word([lane[n] for lane in lanes], 32 // k)})")
 
+    def aliasing_risk(self, outs_j: list[int]) -> str:
+        """The condition under which the streamed block would meet 4K aliasing (see
+        elementwise_kernels' ``aliasing_risk``): an output row starting 1-80 bytes ahead of a
+        unit-stride operand of its element size, mod 4096; such blocks are staged. Measured
+        (AMD EPYC, 2 threads, (2048, 4096), input at 16 mod 4096): rms_norm bfloat16 1.40 ms at
+        most offsets, 2.35 at 48 bytes ahead (staged: 1.88), 2.05 at 112; float32 1.39-1.45 vs
+        1.85 at 48 (staged: 1.42) and 1.84 at 112. A window to 256 bytes also caught 112 but
+        staged bf16 at 240 (1.40 -> 1.86), hence 80 as in the elementwise kernels."""
+        size = self.isz[outs_j[0]]
+        reads = [j for j in range(self.ns) if self.slots[j].store is None
+                 and self.pattern[j] == "1" and self.isz[j] == size]
+        return " or ".join(
+            f"0 < ((pointer_address(q{o}) - pointer_address(q{r})) & 4095) <= 80"
+            for o in outs_j for r in reads)
+
     def staged_block(self, I: str, outs_j: list[int], k: int, values) -> None:
-        """One block of fp16 outputs computed into a stack chunk with ordinary stores (F16C
-        converts straight to it), then streamed from L1 as words, as elementwise_kernels'
+        """One block of outputs computed into a stack chunk with ordinary stores (F16C converts
+        straight to it), then streamed from L1 as words, as elementwise_kernels'
         ``staged_loop`` does. Measured on an AMD EPYC (AVX2): rms_norm (8192, 4096) 8.3 -> 5.9
-        ms; bf16 outputs keep the packed loop (staged, 7.0 -> 8.2 ms)."""
+        ms; bf16 and 4-byte outputs keep the direct loop (bf16 staged: 7.0 -> 8.2 ms) except
+        where it would alias (``aliasing_risk``)."""
         e = self.e
         for j in outs_j:
-            e(f"{I}sc{j} = stack_scratch({_BLOCK * 2})")
-            e(f"{I}sh{j} = address_as_pointer(sc{j}, np.uint16)")
-            e(f"{I}sw{j} = address_as_pointer(sc{j}, np.uint32)")
+            e(f"{I}sc{j} = stack_scratch({_BLOCK * self.isz[j]})")
+            e(f"{I}sh{j} = address_as_pointer(sc{j}, np.{self.st[j]})")
+            if k > 1:
+                e(f"{I}sw{j} = address_as_pointer(sc{j}, np.uint32)")
         e(f"{I}cw = min(i0 + {_BLOCK // k}, words) - i0")
         e(f"{I}for u in range(cw * {k}):")
         e(f"{I}    j = head + {k} * i0 + u")
@@ -421,7 +444,10 @@ class _Gen:
             e(f"{I}    sh{j}[u] = {v}")
         e(f"{I}for i in range(cw):")
         for j in outs_j:
-            e(f"{I}    nt_store(w{j}, i0 + i, sw{j}[i])")
+            if k > 1:
+                e(f"{I}    nt_store(w{j}, i0 + i, sw{j}[i])")
+            else:
+                e(f"{I}    nt_store(q{j}, head + i0 + i, sh{j}[i])")
 
     def stat_outputs(self, I: str, sub: str, index: str) -> None:
         p, e = self.p, self.e
