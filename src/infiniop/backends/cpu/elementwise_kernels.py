@@ -68,6 +68,16 @@ WIDE = os.environ.get("INFINIOP_VECTOR_BITS", "512") == "512"
 
 
 
+ALIAS_WINDOW = 80  # bytes an output may start ahead of an input, mod 4096, before it stages
+
+
+def aliasing_test(outs: list[str], ins: list[str]) -> str:
+    """Generated condition: some output pointer starts 1..ALIAS_WINDOW bytes ahead of some
+    input pointer, mod 4096 (4K aliasing; see ``_Gen.aliasing_risk``); '' if no pairs."""
+    return " or ".join(f"0 < ((pointer_address({o}) - pointer_address({i})) & 4095) <= "
+                       f"{ALIAS_WINDOW}" for o in outs for i in ins)
+
+
 def packed_word(values: list[str], bits: int) -> str:
     """One 32-bit word of ``32 // bits`` stored elements, element 0 in the low bits (through the
     unsigned storage width: a signed element must not fill the high bits)."""
@@ -515,9 +525,7 @@ class _Gen:
         hence the narrow window. float32 outputs (stored element-wise) showed at most 15%."""
         reads = [r for r in range(self.nslots)
                  if self.pattern[r] == "1" and r not in self.written]
-        return " or ".join(
-            f"0 < ((pointer_address({ptr}{j}) - pointer_address({ptr}{r})) & 4095) <= 80"
-            for j in self.written for r in reads)
+        return aliasing_test([f"{ptr}{j}" for j in self.written], [f"{ptr}{r}" for r in reads])
 
     def pointers(self, indent: str, ptr: str, base: str) -> None:
         for j in range(self.nslots):

@@ -39,6 +39,7 @@ from .elementwise_kernels import (
     _const,
     _load,
     _store,
+    aliasing_test,
     launchers,
     packed_word,
     render_body,
@@ -421,9 +422,7 @@ class _Gen:
         size = self.isz[outs_j[0]]
         reads = [j for j in range(self.ns) if self.slots[j].store is None
                  and self.pattern[j] == "1" and self.isz[j] == size]
-        return " or ".join(
-            f"0 < ((pointer_address(q{o}) - pointer_address(q{r})) & 4095) <= 80"
-            for o in outs_j for r in reads)
+        return aliasing_test([f"q{o}" for o in outs_j], [f"q{r}" for r in reads])
 
     def staged_block(self, I: str, outs_j: list[int], k: int, values) -> None:
         """One block of outputs computed into a stack chunk with ordinary stores (F16C converts
