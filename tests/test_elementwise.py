@@ -852,7 +852,7 @@ def test_light_half_streams_stage_where_stores_would_alias(handle, monkeypatch):
         spec = REGISTRY[op]
         prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dt))
         ns = len(prog.slots)
-        return "& 4095) <= 80" in ek.source(prog, "flat", "1" * ns, list(range(ns)), [])
+        return "& 4095) <= 80" in ek.source(prog, "flat", "1" * ns)
 
     assert switch_in("neg", F16) and switch_in("sub", BF16) and not switch_in("sub", F32)
     assert not switch_in("silu", F16)  # math-heavy: always staged
@@ -904,7 +904,7 @@ def test_fp16_comparisons_stay_in_float32(handle):
     def src(op, dt, pattern):
         spec = REGISTRY[op]
         prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dt))
-        return ek.source(prog, "flat", pattern, list(range(len(prog.slots))), [])
+        return ek.source(prog, "flat", pattern)
 
     clip = src("clip", F16, "1100")  # out, x streamed; bounds hoisted
     assert "canonical(f16_to_f32(" in clip and "opaque(f16_to_f32(" in clip
@@ -1012,7 +1012,7 @@ def test_heavy_kernels_ask_llvm_to_interleave():
 
     def src(op, dt):
         n = len(program(op, dt).slots)
-        return ek.source(program(op, dt), "flat", "1" * n, list(range(n)), [])
+        return ek.source(program(op, dt), "flat", "1" * n)
 
     assert f"LOOP_INTERLEAVE = {ek.HEAVY_INTERLEAVE}" in src("silu", F32)
     assert "LOOP_INTERLEAVE" not in src("sub", F32)

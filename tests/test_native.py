@@ -77,7 +77,7 @@ def test_cached_kernels_run_without_numba(compiled):
     cache, digest = compiled
     stored = _objects(cache)
     kinds = {os.path.basename(p).split(".")[1] for p in stored}
-    assert {"memcpy_parallel", "units_parallel", "transpose_parallel", "launch_parallel",
+    assert {"memcpy_parallel", "units_parallel", "transpose_parallel", "launch",
             "parallel"} <= kinds, stored
     assert any(os.path.basename(p).startswith("ew_sub") for p in stored), stored
     assert any(os.path.basename(p).startswith("rows_causal_softmax") for p in stored), stored
@@ -149,3 +149,40 @@ def test_machine_code_is_linked_once_per_process():
     for _ in range(20):
         make()
     assert len(native._KEEP) == linked and len(k._specs) == specs
+
+
+def test_one_array_launcher_serves_every_kernel_of_its_structure():
+    """The fast path's compiled launcher calls its kernel by address (``call_kernel``), so
+    operators with the same operands share it (compiled once), each still running its own
+    kernel; rows and rope reach theirs the same way."""
+    import numpy as np
+
+    import infiniop
+
+    h = infiniop.create_handle("cpu")
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((6, 40)).astype(np.float32) for _ in range(2))
+    descs = {}
+    for op in ("sub", "add", "mul", "maximum"):
+        d = getattr(infiniop, f"create_{op}_descriptor")(
+            h, *[infiniop.TensorDescriptor.from_array(a)] * 3)
+        out = np.full_like(a, np.nan)
+        d.calculate(None, out, a, b)
+        ref = {"sub": a - b, "add": a + b, "mul": a * b, "maximum": np.maximum(a, b)}[op]
+        assert np.array_equal(out, ref), op
+        descs[op] = d
+    launchers = {id(d._kernel.array_launcher) for d in descs.values()}
+    kernels_ = {id(d._kernel._fn) for d in descs.values()}
+    assert len(launchers) == 1 and len(kernels_) == 4
+    # a different structure (a broadcast operand) has a launcher of its own
+    d = infiniop.create_sub_descriptor(h, *[infiniop.TensorDescriptor.from_array(a)] * 2,
+                                       infiniop.TensorDescriptor.from_array(b[:, :1]))
+    assert d._kernel.array_launcher is not descs["sub"]._kernel.array_launcher
+    out = np.empty_like(a)
+    d.calculate(None, out, a, b[:, :1])
+    assert np.array_equal(out, a - b[:, :1])
+    # rows: rms_norm's launcher calls its kernel with the row sizes and layouts from the table
+    x, w = rng.standard_normal((5, 64)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    got = infiniop.rms_norm(x, w, epsilon=1e-6)
+    ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(got, ref, rtol=1e-5)

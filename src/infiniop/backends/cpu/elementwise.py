@@ -104,12 +104,14 @@ class ElementwiseKernel:
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._flat = info.kind == "flat"
-        self.meta = launcher_tables(sizes, info, operands, self._origins,
-                                    () if self._flat else (self._shape, self._strides))
         # fixed argument types (native.Kernel): addresses, the scalars as the plan typed them
         which = "parallel" if self.parallel else "serial"
         sizes_args = self._sizes if self._flat else (self._shape, self._strides, *self._sizes)
-        self._fn = fns[which].specialize(*[0] * len(slots), *self.params, *sizes_args)
+        args = (*[0] * len(slots), *self.params, *sizes_args)
+        self._fn = fns[which].specialize(*args)
+        self.meta = launcher_tables([*sizes, fns[which].address(*args)], info, operands,
+                                    self._origins,
+                                    () if self._flat else (self._shape, self._strides))
         # For callers that bind the trailing arguments themselves (the descriptor's fast path):
         # NumPy arrays of each operand's rank, typed as its storage dtype (fp16/bf16 as
         # uint16), any strides; see launcher_arrays for who checks what.
@@ -118,8 +120,8 @@ class ElementwiseKernel:
                                  {u for u, k in enumerate(operands) if ops[k].writes})
         self.array_launcher_checked = ndarray_abi.verified()
         self.array_launcher_args = (self.meta,)
-        self.array_launcher = fns[f"launch_{which}"].specialize(
-            *arrays, *self.params, *self.array_launcher_args)
+        self.array_launcher = fns["launch"].specialize(*arrays, *self.params,
+                                                       *self.array_launcher_args)
 
     def launch_pointers(self, addresses, stream=None) -> None:
         """Run on the calling thread; ``stream`` has no meaning on the CPU (work is done on

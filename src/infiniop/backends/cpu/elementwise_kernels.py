@@ -1,10 +1,12 @@
 """CPU elementwise kernels generated from a traced operator (elementwise.spec.Program).
 
-One module per (program, layout kind, stride pattern) holds four Numba functions:
-``serial``/``parallel`` take raw slot addresses (any buffer kind) and the scalar parameters;
-``launch_serial``/``launch_parallel`` take the operands as NumPy arrays and check, in compiled
-code, that each array is laid out exactly as its descriptor says and that outputs do not overlap
-other operands, which keeps a small call within about a microsecond of NumPy's own ufunc call.
+One module per (program, layout kind, stride pattern) holds two Numba functions,
+``serial``/``parallel``: they take raw slot addresses (any buffer kind) and the scalar
+parameters. The array ``launch`` (:func:`launcher`, a module of its own shared by every kernel
+of the same operand structure) takes the operands as NumPy arrays and checks, in compiled code,
+that each array is laid out exactly as its descriptor says and that outputs do not overlap other
+operands, then calls the kernel by address: a small call stays within about a microsecond of
+NumPy's own ufunc call.
 
 The body is rendered one statement per expression node (SSA), in the node's own type
 (``np.float32(...)`` etc.): IEEE arithmetic, no contraction (Numba's default), ``fma`` and
@@ -30,7 +32,7 @@ import os
 
 from ...dtype import DType
 from ...elementwise.expr import BINARY, LIBM, Expr, topo
-from . import fission, ndarray_abi
+from . import fission, native, ndarray_abi
 from .codegen import kernels
 from .cpuinfo import TILE_ROW_BYTES
 
@@ -88,10 +90,11 @@ def packed_word(values: list[str], bits: int) -> str:
 
 def launcher_tables(head: list[int], info, operands: list[int], origins: list[int],
                     extras=()):
-    """The one int64 table the generated array launchers read (see :func:`launchers`):
-    ``head``, each operand's byte reach (lo, hi + 1), the slots' origins, the overlap checks'
-    aliasable flags; then each operand's ``dtype, ndim, shape..., byte strides...`` (what
-    ``arrays.layout_end`` compares an array with; ``dtype`` is the address of its NumPy dtype
+    """The one int64 table the generated array launchers read (see :func:`launcher`):
+    ``head`` (:data:`HEAD` entries: three kernel sizes, the kernel's address), each operand's
+    byte reach (lo, hi + 1), the slots' origins, the overlap checks' aliasable flags; then each
+    operand's ``dtype, ndim, shape..., byte strides...`` (what ``arrays.layout_end`` compares an
+    array with; ``dtype`` is the address of its NumPy dtype
     when the launcher checks it, see :func:`launcher_arrays`); then each of ``extras`` (the
     kernel's own int64 arrays, 1-D or 2-D) as ``rows, cols, values...``. One array: each
     argument a launch unboxes costs about as much as a small kernel's work."""
@@ -114,46 +117,52 @@ def launcher_tables(head: list[int], info, operands: list[int], origins: list[in
     return np.array(meta + layouts, dtype=np.int64)
 
 
-def launchers(emit, nops: int, nslots: int, params: list[str], pairs, extras, call: str,
-              returns: bool = True) -> None:
-    """``launch_serial``/``launch_parallel(a0.., *params, meta)``: the NumPy fast path's entry
-    (elementwise, rows, rope). ``meta`` is :func:`launcher_tables`' table: 3 kernel sizes,
-    per operand reach_lo, reach_hi (bytes), per slot its origin (bytes), per pair 'aliasable',
-    the operands' layouts, then ``extras`` (names, with their ndim: 1 or 2), which the kernel
-    call ``call`` may use besides ``meta[...]`` and the arrays' addresses ``b<u>``. Each array
-    must be laid out as its descriptor and the (written, other) ``pairs`` must not overlap
-    unless exactly aliasable. Returns 0 (done), 1 + u (operand u not as described), 100 + pair
-    (overlap) or, with ``returns``, the kernel's own nonzero code."""
-    names = [f"a{u}" for u in range(nops)]
-    layouts_at = 3 + 2 * nops + nslots + len(pairs)
-    for par in (False, True):
-        emit("\n\n@njit(**OPTS)")
-        emit(f"def {'launch_parallel' if par else 'launch_serial'}({', '.join(names + params)}, "
-             f"meta):")
-        emit(f"    pos = {layouts_at}")
-        for u, nm in enumerate(names):
-            # an array not laid out as its descriptor (shape, element strides) goes to the
-            # general path, which says why
-            emit(f"    pos = layout_end({nm}, meta, pos)")
-            emit("    if pos < 0:")
-            emit(f"        return {1 + u}")
-            emit(f"    b{u} = {nm}.ctypes.data")
-        for q, (w, k) in enumerate(pairs):
-            lw, hw, lk, hk = 3 + 2 * w, 4 + 2 * w, 3 + 2 * k, 4 + 2 * k
-            emit(f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
-                 f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):")
-            emit(f"        if not (b{w} == b{k} and meta[{layouts_at - len(pairs) + q}] == 1):")
-            emit(f"            return {100 + q}")
-        for name, nd in extras:
-            shape = ".reshape((meta[pos], meta[pos + 1]))" if nd == 2 else ""
-            emit(f"    {name} = meta[pos + 2:pos + 2 + meta[pos] * meta[pos + 1]]{shape}")
-            emit("    pos += 2 + meta[pos] * meta[pos + 1]")
-        kernel = f"{'parallel' if par else 'serial'}({call})"
-        if returns:
-            emit(f"    return {kernel}")
-        else:
-            emit(f"    {kernel}")
-            emit("    return 0")
+HEAD = 4  # launcher_tables' head: three kernel sizes, then the kernel's address
+
+LAUNCHER_PRELUDE = '''\
+# Generated by infiniop (backends/cpu/elementwise_kernels.py). Do not edit.
+from numba import njit
+from infiniop.backends.cpu.intrinsics import call_kernel
+from infiniop.backends.cpu.arrays import layout_end
+'''
+
+
+def launcher(slot_operands: list[int], nops: int, nparams: int, pairs, extras,
+             tail: list[str]) -> native.Kernel:
+    """``launch(a0.., p0.., meta)``: the NumPy fast path's entry (elementwise, rows, rope), as a
+    ``native.Kernel``. ``meta`` is :func:`launcher_tables`' table: 3 kernel sizes, the kernel's
+    address, per operand reach_lo, reach_hi (bytes), per slot its origin (bytes), per pair
+    'aliasable', the operands' layouts, then ``extras`` (names, with their ndim: 1 or 2). Each
+    array must be laid out as its descriptor and the (written, other) ``pairs`` must not overlap
+    unless exactly aliasable; then the kernel is called (``intrinsics.call_kernel``) with slot
+    j's address (``b<slot_operands[j]>`` + its origin), the parameters and ``tail`` (expressions
+    of ``meta[...]`` and the extras). Returns 0 (done), 1 + u (operand u not as described),
+    100 + pair (overlap) or the kernel's own nonzero code. The kernel is not part of the
+    source: one launcher (compiled once) serves every kernel with the same operand structure
+    and argument types, which halves what a new operator costs to compile."""
+    names = [f"a{u}" for u in range(nops)] + [f"p{k}" for k in range(nparams)]
+    layouts_at = HEAD + 2 * nops + len(slot_operands) + len(pairs)
+    L = ["\n\n@njit(cache=True, nogil=True, error_model='numpy', boundscheck=False)",
+         f"def launch({', '.join(names)}, meta):", f"    pos = {layouts_at}"]
+    for u in range(nops):
+        # an array not laid out as its descriptor (shape, element strides) goes to the
+        # general path, which says why
+        L += [f"    pos = layout_end(a{u}, meta, pos)", "    if pos < 0:", f"        return {1 + u}",
+              f"    b{u} = a{u}.ctypes.data"]
+    for q, (w, k) in enumerate(pairs):
+        lw, hw, lk, hk = HEAD + 2 * w, HEAD + 1 + 2 * w, HEAD + 2 * k, HEAD + 1 + 2 * k
+        L += [f"    if not (b{w} + meta[{hw}] <= b{k} + meta[{lk}] or "
+              f"b{k} + meta[{hk}] <= b{w} + meta[{lw}]):",
+              f"        if not (b{w} == b{k} and meta[{layouts_at - len(pairs) + q}] == 1):",
+              f"            return {100 + q}"]
+    for name, nd in extras:
+        shape = ".reshape((meta[pos], meta[pos + 1]))" if nd == 2 else ""
+        L += [f"    {name} = meta[pos + 2:pos + 2 + meta[pos] * meta[pos + 1]]{shape}",
+              "    pos += 2 + meta[pos] * meta[pos + 1]"]
+    args = [f"b{u} + meta[{HEAD + 2 * nops + j}]" for j, u in enumerate(slot_operands)]
+    args += [f"p{k}" for k in range(nparams)] + list(tail)
+    L.append(f"    return call_kernel(meta[{HEAD - 1}], ({', '.join(args)},))")
+    return kernels("launch", LAUNCHER_PRELUDE + "\n".join(L) + "\n", ("launch",))["launch"]
 
 
 def tile_shape(itemsizes: list[int], staged: list[int]) -> tuple[int, int]:
@@ -744,26 +753,7 @@ class _Gen:
                 e(f"{ind}    sfence()")
             e("    return 0")
 
-    # -- array launchers ---------------------------------------------------------------------------
-    def launchers(self, operands: list[int], pairs: list[tuple[int, int]]) -> None:
-        """The array launchers (:func:`launchers`); ``operands``: the user operands passed as
-        arrays, in order; ``pairs``: (written, other) positions in that list."""
-        pos = {op: u for u, op in enumerate(operands)}
-        slot_base = 3 + 2 * len(operands)
-        ptrs = ", ".join(f"b{pos[s.operand]} + meta[{slot_base + j}]"
-                         for j, s in enumerate(self.slots))
-        extra = "".join(f", {p}" for p in self.params)
-        if self.kind == "flat":
-            call, extras = f"{ptrs}{extra}, meta[0], meta[1]", []
-        else:
-            call = f"{ptrs}{extra}, shape, strides, meta[0], meta[1]"
-            extras = [("shape", 1), ("strides", 2)]
-        launchers(self.emit, len(operands), self.nslots, self.params, pairs, extras, call,
-                  returns=False)
-
-
-def source(program, kind: str, pattern: str, operands: list[int],
-           pairs: list[tuple[int, int]]) -> str:
+def source(program, kind: str, pattern: str) -> str:
     g = _Gen(program, kind, pattern)
     if kind == "flat":
         g.flat()
@@ -771,7 +761,6 @@ def source(program, kind: str, pattern: str, operands: list[int],
         g.tiled()
     else:
         g.strided()
-    g.launchers(operands, pairs)
     ilv = interleave(program.results)
     return PRELUDE + "\n".join(g.L) + "\n" + (f"\nLOOP_INTERLEAVE = {ilv}\n" if ilv else "")
 
@@ -818,13 +807,20 @@ def interleave(roots) -> int:
         else HEAVY_INTERLEAVE
 
 
-KERNELS = ("serial", "parallel", "launch_serial", "launch_parallel")
+KERNELS = ("serial", "parallel")
 
 
 def kernel_functions(program, kind: str, pattern: str, operands: list[int],
                      pairs: list[tuple[int, int]]) -> dict:
-    """This variant's :data:`KERNELS` as ``native.Kernel`` objects: machine code found in the
-    kernel cache runs without importing Numba; the module is generated and imported only when
-    something must be compiled."""
-    src = source(program, kind, pattern, operands, pairs)
-    return kernels(f"ew_{program.name}_{program.key[:10]}_{kind}_{pattern}", src, KERNELS)
+    """This variant's :data:`KERNELS` and its array ``launch`` (:func:`launcher`; ``operands``:
+    the user operands passed as arrays, in order; ``pairs``: (written, other) positions in that
+    list) as ``native.Kernel`` objects: machine code found in the kernel cache runs without
+    importing Numba; a module is generated and imported only when something must be compiled."""
+    src = source(program, kind, pattern)
+    fns = kernels(f"ew_{program.name}_{program.key[:10]}_{kind}_{pattern}", src, KERNELS)
+    extras, tail = [], ["meta[0]", "meta[1]"]
+    if kind != "flat":
+        extras, tail = [("shape", 1), ("strides", 2)], ["shape", "strides", *tail]
+    fns["launch"] = launcher([operands.index(s.operand) for s in program.slots], len(operands),
+                             len(program.params), pairs, extras, tail)
+    return fns

@@ -16,6 +16,9 @@
 - ``f16_to_f32(u16)`` / ``f32_to_f16(f32)``: IEEE half conversions through LLVM's ``half`` type
   (F16C ``vcvtph2ps``/``vcvtps2ph``): exact, round-to-nearest-even, NaN stays NaN;
   ``canonical(x)`` and ``opaque(x)`` keep LLVM from narrowing comparisons of converted values.
+- ``call_kernel(address, (args...))``: calls the compiled function at ``address`` (Numba's
+  calling convention, an int64 result; ``native.Kernel.address``): the array launchers reach
+  their kernel this way, so one launcher serves every kernel with the same operand structure.
 """
 
 from __future__ import annotations
@@ -252,5 +255,30 @@ def prefer_512_bit_vectors(typingctx):
         # written as is into the function's definition
         set.add(builder.function.attributes, '"prefer-vector-width"="512"')
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def call_kernel(typingctx, address, args):
+    """Call the Numba-compiled function at ``address`` with the tuple ``args`` and return its
+    int64 result; an exception it raises propagates. Integer arguments are passed as int64
+    (how ``native.Kernel.specialize`` types Python ints; an array's address is unsigned), the
+    rest as they are: the callee must have been compiled for exactly those types (an array's
+    layout 'A' or 'C' is the same record)."""
+    if not isinstance(address, types.Integer) or not isinstance(args, types.BaseTuple):
+        return None
+    argtys = [types.int64 if isinstance(t, types.Integer) else t for t in args.types]
+    sig = types.int64(address, args)
+
+    def codegen(context, builder, signature, llargs):
+        items = [context.cast(builder, v, t, u) for v, t, u in
+                 zip(cgutils.unpack_tuple(builder, llargs[1]), args.types, argtys)]
+        fnty = context.call_conv.get_function_type(types.int64, argtys)
+        fn = builder.inttoptr(llargs[0], fnty.as_pointer())
+        status, result = context.call_conv.call_function(builder, fn, types.int64, argtys, items)
+        with builder.if_then(status.is_error, likely=False):
+            context.call_conv.return_status_propagate(builder, status)
+        return result
 
     return sig, codegen

@@ -342,7 +342,7 @@ def _link(data: bytes, resolve) -> dict[str, int] | None:
 
 # ------------------------------------------------------------------------------ the store
 
-_MAGIC = b"INFINIOP-NATIVE-2\n"
+_MAGIC = b"INFINIOP-NATIVE-3\n"
 
 
 def _dist_version(package: str) -> str:
@@ -387,8 +387,8 @@ def store_dir() -> str:
 
 def save(key: str, cres, obj: bytes) -> None:
     """Store the object code of a compiled overload (``cres``) under ``key`` (atomically)."""
-    fd = cres.fndesc  # the header: four names, NUL-separated (json costs 1.5 ms of a first call)
-    head = "\0".join([fd.llvm_cpython_wrapper_name, fd.env_name, fd.qualname,
+    fd = cres.fndesc  # the header: five names, NUL-separated (json costs 1.5 ms of a first call)
+    head = "\0".join([fd.llvm_cpython_wrapper_name, fd.env_name, fd.qualname, fd.llvm_func_name,
                       sha1(obj).hexdigest()]).encode()
     path = os.path.join(store_dir(), key + ".nko")
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -398,7 +398,9 @@ def save(key: str, cres, obj: bytes) -> None:
 
 
 def load(key: str, module_name: str):
-    """The builtin function stored under ``key``, or None (nothing stored, or not loadable)."""
+    """The builtin function stored under ``key`` and the address of the compiled function it
+    wraps (Numba's calling convention, see ``Kernel.address``), or None (nothing stored, or not
+    loadable)."""
     path = os.path.join(store_dir(), key + ".nko")
     try:
         with open(path, "rb") as f:
@@ -411,12 +413,12 @@ def load(key: str, module_name: str):
     try:
         n = len(_MAGIC)
         (hlen,) = struct.unpack_from("<I", data, n)
-        wrapper, env_name, name, digest = data[n + 4:n + 4 + hlen].decode().split("\0")
+        wrapper, env_name, name, function, digest = data[n + 4:n + 4 + hlen].decode().split("\0")
         obj = data[n + 4 + hlen:]
         if sha1(obj).hexdigest() != digest:
             return None
         syms = _link(obj, rt.resolve)
-        if syms is None or wrapper not in syms or env_name not in syms:
+        if syms is None or not {wrapper, env_name, function} <= syms.keys():
             return None
     except (ValueError, struct.error, UnicodeDecodeError):
         return None
@@ -424,7 +426,8 @@ def load(key: str, module_name: str):
     ctypes.c_void_p.from_address(syms[env_name]).value = id(env)
     module = sys.modules.get(module_name) or types.ModuleType(module_name)
     doc = f"compiled wrapper for {name!r} (loaded without Numba)"
-    return rt.dynfunc.make_function(module, name.split(".")[-1], doc, syms[wrapper], env, (env,))
+    fn = rt.dynfunc.make_function(module, name.split(".")[-1], doc, syms[wrapper], env, (env,))
+    return fn, syms[function]
 
 
 # ------------------------------------------------------------------------------ kernels
@@ -467,18 +470,25 @@ class Kernel:
         return f"{self.module_name.rsplit('.', 1)[-1]}.{self.name}.{digest}"
 
     def specialize(self, *args):
-        sig = describe(args)
-        fn = self._specs.get(sig)
-        if fn is not None:
-            return fn
+        return self._get(describe(args))[0]
+
+    def address(self, *args) -> int:
+        """The address of the compiled function behind ``specialize(*args)`` (Numba's calling
+        convention: ``intrinsics.call_kernel`` calls it); valid as long as the process runs."""
+        return self._get(describe(args))[1]
+
+    def _get(self, sig: tuple) -> tuple:
+        got = self._specs.get(sig)
+        if got is not None:
+            return got
         with _lock:
-            fn = self._specs.get(sig)
-            if fn is None:
-                fn = load(self.key(sig), self.module_name) if ENABLED else None
-                if fn is None:
-                    fn = self._compile(sig)
-                self._specs[sig] = fn
-        return fn
+            got = self._specs.get(sig)
+            if got is None:
+                got = load(self.key(sig), self.module_name) if ENABLED else None
+                if got is None:
+                    got = self._compile(sig)
+                self._specs[sig] = got
+        return got
 
     def dispatcher(self):
         """The Numba dispatcher (imports Numba and the kernel's module)."""
@@ -498,4 +508,4 @@ class Kernel:
                 save(self.key(sig), cres, obj)
             except OSError:
                 pass  # a read-only cache: this process still runs, the next one compiles
-        return cres.entry_point
+        return cres.entry_point, cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)

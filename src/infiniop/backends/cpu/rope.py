@@ -13,7 +13,15 @@ import numpy as np
 from . import ndarray_abi, runtime
 from .codegen import kernels
 from .elementwise import launcher_arrays
-from .elementwise_kernels import PRELUDE, STORAGE, WIDE, _load, _store, launcher_tables, launchers
+from .elementwise_kernels import (
+    PRELUDE,
+    STORAGE,
+    WIDE,
+    _load,
+    _store,
+    launcher,
+    launcher_tables,
+)
 from .row_kernels import _render
 
 TASK_ELEMS = 1 << 15
@@ -23,7 +31,7 @@ def _step(v: int) -> str:
     return str(v) if v in (1, 2) else "g"
 
 
-def source(prog, steps: str, operands, pairs) -> str:
+def source(prog, steps: str) -> str:
     dts = prog.dtypes  # y, x, pos, sin, cos
     isz = [d.itemsize for d in dts]
     st = [STORAGE[d] for d in dts]
@@ -97,9 +105,6 @@ def source(prog, steps: str, operands, pairs) -> str:
             yb_idx = idx(0, " + yb")
             e(f"{J}q0[{yb_idx}] = {_store(dts[0], outs[1], prog.results[1].dtype)}")
         e("    return 0")
-    launchers(e, len(operands), 5, [], pairs, [("shape", 1), ("strides", 2), ("steps", 1)],
-              ", ".join(f"b{u} + meta[{3 + 2 * len(operands) + u}]" for u in range(5))
-              + ", shape, strides, steps, meta[0], meta[1], meta[2]")
     return PRELUDE + "\n".join(L) + "\n"
 
 
@@ -117,9 +122,7 @@ class RopeKernel:
         # per-pair step class of each operand (index = operand; pos has none: "-")
         steps = _step(ya) + _step(xa) + "-" + _step(s3) + _step(s4)
         pairs = [(0, k) for k in range(1, 5)]
-        src = source(prog, steps, list(range(5)), pairs)
-        fns = kernels(f"rope_{prog.key[:10]}_{steps}", src,
-                      ("serial", "parallel", "launch_serial", "launch_parallel"))
+        fns = kernels(f"rope_{prog.key[:10]}_{steps}", source(prog, steps), ("serial", "parallel"))
         n = info.numel
         self.parallel = info.rows > 1 and n >= runtime.PARALLEL_THRESHOLD
         per_task = info.rows
@@ -135,14 +138,15 @@ class RopeKernel:
         self._sizes = (info.half, info.max_pos, per_task)
         # fixed argument types (native.Kernel), as in elementwise.ElementwiseKernel
         which = "parallel" if self.parallel else "serial"
-        self._fn = fns[which].specialize(0, 0, 0, 0, 0, self._shape, self._strides, self._steps,
-                                         *self._sizes)
-        self.meta = launcher_tables(list(self._sizes), info, range(5), self._origins,
-                                    (self._shape, self._strides, self._steps))
+        args = (0, 0, 0, 0, 0, self._shape, self._strides, self._steps, *self._sizes)
+        self._fn = fns[which].specialize(*args)
+        self.meta = launcher_tables([*self._sizes, fns[which].address(*args)], info, range(5),
+                                    self._origins, (self._shape, self._strides, self._steps))
         self.array_launcher_args = (self.meta,)
         self.array_launcher_checked = ndarray_abi.verified()
-        self.array_launcher = fns[f"launch_{which}"].specialize(
-            *launcher_arrays(info.descs, {0}), self.meta)
+        launch = launcher(list(range(5)), 5, 0, pairs, [("shape", 1), ("strides", 2), ("steps", 1)],
+                          ["shape", "strides", "steps", "meta[0]", "meta[1]", "meta[2]"])
+        self.array_launcher = launch.specialize(*launcher_arrays(info.descs, {0}), self.meta)
 
     def launch_pointers(self, addresses, stream=None) -> int:
         ptrs = [a + o for a, o in zip(addresses, self._origins)]

@@ -1,8 +1,8 @@
 """CPU row kernels generated from a traced row operator (rows.spec.RowProgram).
 
 One module per (program, layout kind, axis stride pattern, streaming) holds ``serial`` and
-``parallel`` (raw slot addresses) and ``launch_serial``/``launch_parallel`` (NumPy arrays,
-layouts checked in compiled code, for the descriptor's fast path).
+``parallel`` (raw slot addresses); the descriptor's fast path reaches them through the shared
+array ``launch`` (elementwise_kernels.launcher: NumPy arrays, layouts checked in compiled code).
 
 Every pass walks a row in the order the reduction contract fixes (rows/spec.py): lane
 ``l = j mod L`` accumulates element ``j`` in a scratch array of L lanes, then the lanes halve
@@ -40,7 +40,7 @@ from .elementwise_kernels import (
     _load,
     _store,
     aliasing_test,
-    launchers,
+    launcher,
     packed_word,
     render_body,
 )
@@ -582,17 +582,11 @@ class _Gen:
         e(f"{I}    st{k}[c] = {a}[hs, c]")
 
 
-def source(program, kind: str, pattern: str, inner: str, stream: bool, operands: list[int],
-           pairs: list[tuple[int, int]]) -> str:
+def source(program, kind: str, pattern: str, inner: str, stream: bool) -> str:
     g = _Gen(program, kind, pattern, inner, stream)
     for par in (False, True):
         (g.col_kernel if kind == "col" else g.row_kernel)("parallel" if par else "serial", par)
         g.e("    return 0")
-    call = (", ".join(f"b{operands.index(sl.operand)} + meta[{3 + 2 * len(operands) + j}]"
-                      for j, sl in enumerate(g.slots)) + "".join(f", {x}" for x in g.params)
-            + ", meta[0], shape, strides, astr, meta[1], meta[2]")
-    launchers(g.e, len(operands), g.ns, g.params, pairs,
-              [("shape", 1), ("strides", 2), ("astr", 1)], call)
     ilv = interleave(program)
     return PRELUDE + "\n".join(g.L) + "\n" + (f"\nLOOP_INTERLEAVE = {ilv}\n" if ilv else "")
 
@@ -614,6 +608,10 @@ def kernel_functions(program, kind: str, pattern: str, inner: str, stream: bool,
                      operands: list[int], pairs: list[tuple[int, int]]) -> dict:
     """This variant's kernels as ``native.Kernel`` objects (see elementwise_kernels'
     ``kernel_functions``)."""
-    src = source(program, kind, pattern, inner, stream, operands, pairs)
+    src = source(program, kind, pattern, inner, stream)
     tag = f"{kind}_{pattern}_{inner}{'_nt' if stream else ''}"
-    return kernels(f"rows_{program.name}_{program.key[:10]}_{tag}", src, KERNELS)
+    fns = kernels(f"rows_{program.name}_{program.key[:10]}_{tag}", src, KERNELS)
+    fns["launch"] = launcher([operands.index(sl.operand) for sl in program.slots], len(operands),
+                             len(program.params), pairs, [("shape", 1), ("strides", 2), ("astr", 1)],
+                             ["meta[0]", "shape", "strides", "astr", "meta[1]", "meta[2]"])
+    return fns

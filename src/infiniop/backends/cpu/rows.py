@@ -56,18 +56,19 @@ class RowKernel:
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._astr = np.array(info.axis_strides, dtype=np.int64)
         self._sizes = (n, self._shape, self._strides, self._astr, per_task, cfg)
-        self.meta = launcher_tables([n, per_task, cfg], info, operands, self._origins,
-                                    (self._shape, self._strides, self._astr))
         # fixed argument types (native.Kernel), as in elementwise.ElementwiseKernel
         which = "parallel" if self.parallel else "serial"
-        self._fn = fns[which].specialize(*[0] * len(slots), *self.params, *self._sizes)
+        args = (*[0] * len(slots), *self.params, *self._sizes)
+        self._fn = fns[which].specialize(*args)
+        self.meta = launcher_tables([n, per_task, cfg, fns[which].address(*args)], info, operands,
+                                    self._origins, (self._shape, self._strides, self._astr))
         self.array_launcher_args = (self.meta,)
         ops = info.spec.operands
         arrays = launcher_arrays([info.descs[k] for k in operands],
                                  {u for u, k in enumerate(operands) if ops[k].writes})
         self.array_launcher_checked = ndarray_abi.verified()
-        self.array_launcher = fns[f"launch_{which}"].specialize(
-            *arrays, *self.params, *self.array_launcher_args)
+        self.array_launcher = fns["launch"].specialize(*arrays, *self.params,
+                                                       *self.array_launcher_args)
 
     def launch_pointers(self, addresses, stream=None) -> None:
         """Run on the calling thread (``stream`` has no meaning on the CPU)."""
