@@ -77,7 +77,7 @@ def expand(patterns: list[Pattern], roles: tuple[str, ...], tvars) -> tuple[Sign
     must agree)."""
     n_in = sum(r in ("in", "inout") for r in roles)
     n_out = sum(r in ("out", "inout") for r in roles)
-    sigs: list[Signature] = []
+    sigs: dict[tuple[DType, ...], Signature] = {}  # in order, each once
     for p in patterns:
         if len(p.ins) != n_in or len(p.outs) != n_out:
             raise ValueError(f"signature {p.text!r} has {len(p.ins)} inputs and {len(p.outs)} "
@@ -100,10 +100,9 @@ def expand(patterns: list[Pattern], roles: tuple[str, ...], tvars) -> tuple[Sign
                             ok &= ins[i] is outs[o]
                             dts.append(ins[i])
                             i, o = i + 1, o + 1
-                    s = Signature(tuple(dts))
-                    if ok and s not in sigs:
-                        sigs.append(s)
-    return tuple(sigs)
+                    if ok and tuple(dts) not in sigs:
+                        sigs[tuple(dts)] = Signature(tuple(dts))
+    return tuple(sigs.values())
 
 
 def describe(patterns: list[Pattern], tvars) -> str:
