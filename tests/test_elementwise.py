@@ -773,9 +773,16 @@ def test_forced_tiled_staged_inputs(handle, monkeypatch):
     monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
     monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
     rng = np.random.default_rng(11)
-    # tiles are 256 x 128 (f32), 512 x 256 (f16), 512 x 512 (i8): whole and ragged bands
-    for dtype, shape in [(F32, (130, 192)), (F32, (37, 1000)), (F32, (300, 260)),
-                         (F16, (257, 256)), (F16, (530, 300)), (I8, (70, 300)), (I8, (520, 600))]:
+    from infiniop.backends.cpu import elementwise_kernels as ek
+
+    # this CPU's tiles (R x C, elementwise_kernels.tile_shape): ragged and whole bands and
+    # column blocks
+    cases = []
+    for dtype in (F32, F16, I8):
+        R, C = ek.tile_shape([dtype.itemsize] * 3, [1])
+        cases += [(dtype, (R // 2 + 2, C + C // 2)), (dtype, (2 * R + 3, 2 * C)),
+                  (dtype, (37, 3 * C + 5))]
+    for dtype, shape in cases:
         a, b = draw(rng, dtype, shape[::-1]).T, draw(rng, dtype, shape)
         out, raw, start = _offset_out(prod(shape), dtype, 0)
         out = out.reshape(shape)

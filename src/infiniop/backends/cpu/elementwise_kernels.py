@@ -34,7 +34,7 @@ from ...dtype import DType
 from ...elementwise.expr import BINARY, LIBM, Expr, topo
 from . import fission, native, ndarray_abi
 from .codegen import kernels
-from .cpuinfo import TILE_ROW_BYTES
+from .cpuinfo import TILE_ROW_BYTES, intel
 
 STORAGE = {
     DType.F16: "uint16", DType.BF16: "uint16", DType.F32: "float32", DType.F64: "float64",
@@ -167,14 +167,28 @@ def launcher(slot_operands: list[int], nops: int, nparams: int, pairs, extras,
 
 def tile_shape(itemsizes: list[int], staged: list[int]) -> tuple[int, int]:
     """(rows, columns) of the tiled kind's tiles, in elements: the lengths of the contiguous
-    runs each stream is read or written in per tile. Columns: 512 bytes of the narrowest slot
-    (the output's and dense inputs' runs). Rows: 1 KiB of the widest staged input (its runs),
-    fewer when a scratch tile would pass ``TILE_SCRATCH_BYTES``. Measured (8192 x 4096
-    A.T - B, 4 alternating processes, % of a copy moving the same bytes in the same process):
-    float32 256 x 128 75-81% against 63-67% at 128 x 64 (256 x 256: 72-83%); float16
-    512 x 256 100-104% against 65-68% at 256 x 128."""
-    cols = 512 // min(itemsizes)
+    runs each stream is read or written in per tile (a staged input's runs are rows long, the
+    output's and dense inputs' columns long). The scratch tile stays within
+    ``TILE_SCRATCH_BYTES`` (L2).
+
+    Intel: columns of 512 bytes of the narrowest slot, rows of 1 KiB of the widest staged input.
+    Measured there (8192 x 4096 A.T - B, 4 alternating processes, % of a copy moving the same
+    bytes in the same process): float32 256 x 128 75-81% against 63-67% at 128 x 64 (256 x 256:
+    72-83%); float16 512 x 256 100-104% against 65-68% at 256 x 128.
+
+    Other CPUs (AMD EPYC, Zen 2): longer staged runs, shorter dense ones: columns of 256 bytes,
+    rows of 4 KiB as far as the scratch allows (units of 2 bytes or more). A.T - B, 4096^2 /
+    8192^2, 2 threads, one run: float32 1024 x 64 26.5 / 26.0 GB/s against 19.9 / 20.1 at
+    256 x 128 (a C probe of the same pattern with 8 x 8 AVX2 tiles: 22.0 at best); float64
+    512 x 32 28.1 / 28.8 against 20.2 / 19.0; float16 1024 x 128 19.7 / 19.7 against
+    18.0 / 18.5; 128-byte columns took 2-3x longer; int8 keeps 512 x 512 (1024 x 256: 9.6
+    against 11.3)."""
+    narrow = min(itemsizes)
     unit = max([itemsizes[j] for j in staged] or [4])
+    if not intel() and narrow > 1:
+        cols = 256 // narrow
+        return min(4096 // unit, TILE_SCRATCH_BYTES // (cols * unit)), cols
+    cols = 512 // narrow
     return max(64 // unit, min(1024 // unit, TILE_SCRATCH_BYTES // (cols * unit))), cols
 
 
