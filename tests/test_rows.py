@@ -553,6 +553,42 @@ def test_rope_strided_tables_and_positions(handle):
         assert_close(got, ref_rope(x, pos, sin, cos, algo), np.float32)
 
 
+def test_rope_functional_repeated_calls(handle):
+    """The functional form's shortcut for a repeated call (the last NumPy descriptor's fast
+    path) must give what a fresh descriptor gives whenever anything changed: new positions,
+    in place, a same-shaped input of another dtype or layout, positions outside the tables."""
+    from infiniop.rows import rope as rope_mod
+
+    rng = np.random.default_rng(15)
+    sin, cos = _tables(rng, 50, 8, np.float32)
+    x = draw(rng, np.float32, (1, 4, 16))
+    for step in range(5):  # a decode loop: one new position per call
+        pos = np.array([3 * step + 1], np.int32)
+        assert_exact(infiniop.rope(x, pos, sin, cos, algo=1),
+                     run(handle, "rope", [np.empty_like(x)], [x, pos, sin, cos], algo=1)[0])
+    assert 1 in rope_mod._last_call
+    pos = np.array([9], np.int32)
+    want = run(handle, "rope", [np.empty_like(x)], [x, pos, sin, cos], algo=1)[0]
+    out = np.full_like(x, np.nan)
+    assert infiniop.rope(x, pos, sin, cos, algo=1, out=out) is out
+    assert_exact(out, want)
+    xi = x.copy()
+    infiniop.rope(xi, pos, sin, cos, algo=1, out=xi)
+    assert_exact(xi, want)
+    x16 = x.astype(np.float16)  # same shape, another dtype: not the cached descriptor's
+    s16, c16 = sin.astype(np.float16), cos.astype(np.float16)
+    assert_exact(infiniop.rope(x16, pos, s16, c16, algo=1),
+                 run(handle, "rope", [np.empty_like(x16)], [x16, pos, s16, c16], algo=1)[0])
+    xt = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)  # same shape, strided
+    infiniop.rope(x, pos, sin, cos, algo=1)
+    assert_exact(infiniop.rope(xt, pos, sin, cos, algo=1), want)
+    infiniop.rope(x, pos, sin, cos, algo=1)
+    raises(Status.BAD_PARAM, lambda: infiniop.rope(x, np.array([50], np.int32), sin, cos, algo=1))
+    assert_exact(infiniop.rope(x, pos, sin, cos, algo=1), want)
+    assert_exact(infiniop.rope(x, pos, sin, cos, algo=0),
+                 run(handle, "rope", [np.empty_like(x)], [x, pos, sin, cos], algo=0)[0])
+
+
 # ----------------------------------------------------------------------- user-defined operators
 
 def test_user_defined_row_operator(handle):

@@ -259,8 +259,24 @@ class _RopeOp:
         return RopeDescriptor(handle, descs, algo)
 
 
+# algo -> (the last NumPy call's descriptor fast path, x's shape and dtype): a repeated call
+# (a decode loop) tries it before building a cache key; its launcher checks every layout,
+# dtype and overlap, and anything else falls through (decode (1, 32, 128) fp16: 20-25 -> ~3 us)
+_last_call: dict = {}
+
+
 def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
     """Functional rope on NumPy arrays or torch tensors; returns ``y`` (``out=x`` for in place)."""
+    last = _last_call.get(algo)
+    if last is not None and type(x) is np.ndarray:
+        fast, shape, npdt, info = last
+        y = out if out is not None else empty_aligned(shape, npdt) if x.shape == shape else None
+        if y is not None:
+            code = fast((y, x, pos_ids, sin_table, cos_table))
+            if code == 0:
+                return y
+            if code == 1000:
+                raise _position_error(info)
     arrays = [_as_array(n, a) for n, a in zip(NAMES[1:], (x, pos_ids, sin_table, cos_table))]
     if out is None:
         x0 = arrays[0]
@@ -273,4 +289,6 @@ def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
     bufs = [out] + arrays
     d = _descriptor(_RopeOp, bufs, {"algo": algo}, _gpu_device(bufs))
     d.calculate(None, *bufs)
+    if d._fast is not None and all(type(b) is np.ndarray for b in bufs):
+        _last_call[algo] = (d._fast, out.shape, out.dtype, d.info)
     return out
