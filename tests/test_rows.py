@@ -566,7 +566,8 @@ def test_rope_functional_repeated_calls(handle):
         pos = np.array([3 * step + 1], np.int32)
         assert_exact(infiniop.rope(x, pos, sin, cos, algo=1),
                      run(handle, "rope", [np.empty_like(x)], [x, pos, sin, cos], algo=1)[0])
-    assert 1 in rope_mod._last_call
+    if not IN_TRITON:  # the shortcut is the CPU fast path's (Triton: the keyed path)
+        assert 1 in rope_mod._last_call
     pos = np.array([9], np.int32)
     want = run(handle, "rope", [np.empty_like(x)], [x, pos, sin, cos], algo=1)[0]
     out = np.full_like(x, np.nan)
