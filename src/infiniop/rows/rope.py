@@ -259,9 +259,10 @@ class _RopeOp:
         return RopeDescriptor(handle, descs, algo)
 
 
-# algo -> (the last NumPy call's descriptor fast path, x's shape and dtype): a repeated call
-# (a decode loop) tries it before building a cache key; its launcher checks every layout,
-# dtype and overlap, and anything else falls through (decode (1, 32, 128) fp16: 20-25 -> ~3 us)
+# algo -> (the last NumPy call's descriptor fast path, x's shape and dtype, its plan): a repeated
+# call (a decode loop) tries it before building a cache key; its launcher checks every layout,
+# dtype and overlap, and anything else falls through (decode (1, 32, 128) fp16: 24.6 -> 4.5 us,
+# with out= 20.5 -> 1.9 us)
 _last_call: dict = {}
 
 
