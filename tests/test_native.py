@@ -186,3 +186,36 @@ def test_one_array_launcher_serves_every_kernel_of_its_structure():
     got = infiniop.rms_norm(x, w, epsilon=1e-6)
     ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+def test_light_flat_kernels_share_one_pool_driver(monkeypatch):
+    """A light flat body's thread-pool loop is one compiled driver per operand structure
+    (``elementwise_kernels.flat_driver``) calling the kernel's ``serial`` and ``streamed`` by
+    address: sub and add share it, each reaching its own functions; a math-heavy body (silu)
+    keeps its own ``parallel``. Values through the head, streamed blocks and the tail."""
+    import numpy as np
+
+    import infiniop
+
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    h = infiniop.create_handle("cpu")
+    rng = np.random.default_rng(6)
+    n = 2 * 16384 + 37  # two whole 64 KiB blocks of float32, a head and a tail
+    a, b = (rng.standard_normal(n + 1).astype(np.float32)[1:] for _ in range(2))
+    kernels_ = {}
+    for op, ref in (("sub", a - b), ("add", a + b)):
+        d = getattr(infiniop, f"create_{op}_descriptor")(
+            h, *[infiniop.TensorDescriptor.from_array(a)] * 3)
+        for out in (np.full(n, np.nan, np.float32), np.full(n + 3, np.nan, np.float32)[3:]):
+            d.calculate(None, out, a, b)
+            assert np.array_equal(out, ref), (op, out.ctypes.data % 64)
+        kernels_[op] = d._kernel
+    assert kernels_["sub"]._fn is kernels_["add"]._fn                  # the driver
+    assert kernels_["sub"].meta[1] and kernels_["sub"].meta[2]         # streamed, serial
+    assert kernels_["sub"].meta[2] != kernels_["add"].meta[2]
+    d = infiniop.create_silu_descriptor(h, *[infiniop.TensorDescriptor.from_array(a)] * 2)
+    assert d._kernel._fn is not kernels_["sub"]._fn and d._kernel.meta[2] == 0
+    out = np.empty_like(a)
+    d.calculate(None, out, a)
+    np.testing.assert_allclose(out, a / (1 + np.exp(-a.astype(np.float64))), rtol=2e-7)

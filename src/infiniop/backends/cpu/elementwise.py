@@ -76,9 +76,17 @@ class ElementwiseKernel:
         self._origins = [info.slot_offsets[j] * isz[j] for j in range(len(slots))]
         self._slot_operand = [s.operand for s in slots]
         self.params = tuple(info.params)
+        self._flat = info.kind == "flat"
         if info.kind == "flat":
-            nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES)
-            sizes = [n, nt, 0]
+            # (n, stream, serial_at); flat_driver calls a light body's functions by address
+            sizes = [n, 0, 0]
+            nt = n * isz[0] >= runtime.NT_THRESHOLD_BYTES
+            if self.parallel and "streamed" in fns:
+                block_args = (*[0] * len(slots), *self.params, *sizes)
+                sizes = [n, fns["streamed"].address(*block_args) if nt else 0,
+                         fns["serial"].address(*block_args)]
+            elif self.parallel:
+                sizes = [n, int(nt), 0]
         else:
             nt = 0
             if info.kind == "tiled":
@@ -100,10 +108,9 @@ class ElementwiseKernel:
                 nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES and info.pattern[0] == "1"
                          and inner * isz[0] >= 1024)
             sizes = [chunks, nt, 0]
-        self._sizes = tuple(sizes[:2])
+        self._sizes = tuple(sizes if self._flat else sizes[:2])
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
-        self._flat = info.kind == "flat"
         # fixed argument types (native.Kernel): addresses, the scalars as the plan typed them
         which = "parallel" if self.parallel else "serial"
         sizes_args = self._sizes if self._flat else (self._shape, self._strides, *self._sizes)
