@@ -188,11 +188,12 @@ def test_one_array_launcher_serves_every_kernel_of_its_structure():
     np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
-def test_light_flat_kernels_share_one_pool_driver(monkeypatch):
-    """A light flat body's thread-pool loop is one compiled driver per operand structure
-    (``elementwise_kernels.flat_driver``) calling the kernel's ``serial`` and ``streamed`` by
-    address: sub and add share it, each reaching its own functions; a math-heavy body (silu)
-    keeps its own ``parallel``. Values through the head, streamed blocks and the tail."""
+def test_light_kernels_share_one_pool_driver(monkeypatch):
+    """A light body's thread-pool loop is one compiled driver per operand structure
+    (``elementwise_kernels.flat_driver``, ``task_driver``) calling the kernel's functions by
+    address: sub and add share it, each reaching its own; a math-heavy body (silu) keeps its
+    own ``parallel``. Values through the head, streamed blocks and the tail, strided rows and
+    transposed tiles."""
     import numpy as np
 
     import infiniop
@@ -219,3 +220,16 @@ def test_light_flat_kernels_share_one_pool_driver(monkeypatch):
     out = np.empty_like(a)
     d.calculate(None, out, a)
     np.testing.assert_allclose(out, a / (1 + np.exp(-a.astype(np.float64))), rtol=2e-7)
+    # strided (a broadcast column) and tiled (a transposed operand): one task per call
+    x, y = (rng.standard_normal((130, 70)).astype(np.float32) for _ in range(2))
+    for layout, (u, v) in (("strided", (x, y[:, :1])), ("tiled", (y.T.copy().T, x))):
+        drivers = set()
+        for op, ref in (("sub", u - v), ("add", u + v)):
+            out = np.full(x.shape, np.nan, np.float32)
+            d = getattr(infiniop, f"create_{op}_descriptor")(
+                h, *(infiniop.TensorDescriptor.from_array(t) for t in (out, u, v)))
+            d.calculate(None, out, u, v)
+            assert np.array_equal(out, ref), (layout, op)
+            assert d._kernel.meta[2], (layout, op)                     # serial's address
+            drivers.add(id(d._kernel._fn))
+        assert len(drivers) == 1, layout

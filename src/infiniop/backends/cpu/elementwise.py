@@ -10,6 +10,7 @@ from .elementwise_kernels import (
     BLOCK_BYTES,
     is_heavy,
     kernel_functions,
+    kernel_names,
     launcher_tables,
     tile_shape,
 )
@@ -77,14 +78,15 @@ class ElementwiseKernel:
         self._slot_operand = [s.operand for s in slots]
         self.params = tuple(info.params)
         self._flat = info.kind == "flat"
+        # a light body's pool loop is a shared driver calling its functions by address
+        driven = self.parallel and "parallel" not in kernel_names(info.kind, prog.results)
         if info.kind == "flat":
-            # (n, stream, serial_at); flat_driver calls a light body's functions by address
+            # (n, stream, serial_at)
             sizes = [n, 0, 0]
             nt = n * isz[0] >= runtime.NT_THRESHOLD_BYTES
-            if self.parallel and "streamed" in fns:
-                block_args = (*[0] * len(slots), *self.params, *sizes)
-                sizes = [n, fns["streamed"].address(*block_args) if nt else 0,
-                         fns["serial"].address(*block_args)]
+            if driven:
+                at = (*[0] * len(slots), *self.params, *sizes)
+                sizes = [n, fns["streamed"].address(*at) if nt else 0, fns["serial"].address(*at)]
             elif self.parallel:
                 sizes = [n, int(nt), 0]
         else:
@@ -108,9 +110,13 @@ class ElementwiseKernel:
                 nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES and info.pattern[0] == "1"
                          and inner * isz[0] >= 1024)
             sizes = [chunks, nt, 0]
-        self._sizes = tuple(sizes if self._flat else sizes[:2])
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
+        if driven and not self._flat:
+            at = (*[0] * len(slots), *self.params, self._shape, self._strides, *sizes, 0, -1)
+            sizes[2] = fns["serial"].address(*at)
+        # pointer path: (n, stream, serial_at) or (chunks, nt, serial_at, first task, last)
+        self._sizes = tuple(sizes if self._flat else (*sizes, 0, -1))
         # fixed argument types (native.Kernel): addresses, the scalars as the plan typed them
         which = "parallel" if self.parallel else "serial"
         sizes_args = self._sizes if self._flat else (self._shape, self._strides, *self._sizes)
