@@ -210,3 +210,7 @@ def test_warmup_compiles_into_the_cache(tmp_path, monkeypatch, capsys):
     assert "1 operator/dtype groups in 1 processes" in out and "the cache grew by" in out
     assert kernel_cache.usage(tmp_path) > 0
     assert any("ew_neg" in p.name for p in tmp_path.rglob("*.py"))
+    # the large call's functions: the kernel's plain and streaming loops, the pool's driver
+    stored = {p.name.split(".")[1] for p in tmp_path.rglob("*.nko")
+              if p.name.startswith(("ew_neg", "flat_"))}
+    assert {"serial", "streamed", "parallel"} <= stored, stored

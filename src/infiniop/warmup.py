@@ -4,8 +4,9 @@ A kernel is compiled the first time any process needs it (0.3-1 s each); after t
 process loads it in about a millisecond without starting Numba. Warming up once after an
 install (or an upgrade: the cache is per version) moves those compilations out of the first
 run of a program. What is compiled: every elementwise operator on contiguous operands (small
-and large calls: the serial and the multi-threaded kernel) and with a broadcast row, for the
-chosen dtypes; rearrange's copy, strided and transpose kernels for 1, 2, 4 and 8-byte elements.
+and large calls: the serial, the multi-threaded and the streaming kernels) and with a broadcast
+row, for the chosen dtypes; rearrange's copy, strided and transpose kernels for 1, 2, 4 and
+8-byte elements.
 The work is spread over the CPU's cores (one process each).
 """
 
@@ -48,7 +49,9 @@ def run_task(what: str, dtype: str) -> None:
             ip.copy_(np.empty_like(x), x)                        # memcpy
         return
     spec = getattr(ip, what)
-    for n in (64, runtime.PARALLEL_THRESHOLD):
+    # small; large: the pool's kernels, with the streaming stores of a call that large
+    large = max(runtime.PARALLEL_THRESHOLD, -(-runtime.NT_THRESHOLD_BYTES // npdt.itemsize))
+    for n in (64, large):
         args = []
         for k in range(spec.arity):
             want = spec.input_dtype(k, as_dtype(dtype))
