@@ -764,6 +764,33 @@ def test_forced_parallel_and_nt_on_small_sizes(handle, monkeypatch):
         assert_exact(out, reference(OP["mul"], F32, [a, b]))
 
 
+def test_bf16_pairs_read_and_written_as_words(handle):
+    """A light bf16 body's plain loop runs two elements per 32-bit word of each dense operand
+    (``_Gen.paired``): odd lengths (the last element alone), operands starting at an odd
+    element (words at 2 mod 4 bytes), in place, a broadcast scalar; bits as the reference,
+    nothing written past the output."""
+    from infiniop.backends.cpu import elementwise_kernels as ek
+
+    sub = REGISTRY["sub"]
+    prog = sub.program(next(s for s in sub.signatures if s.dtypes[0] is BF16))
+    assert "wd1 = u1[i]" in ek.source(prog, "flat", "111")
+    rng = np.random.default_rng(12)
+    for n in (1, 2, 3, 17, 64, 1001):
+        a0, b0 = draw(rng, BF16, (n + 1,)), draw(rng, BF16, (n + 1,))
+        for sa, sb, off in ((0, 0, 0), (1, 0, 2), (0, 1, 6), (1, 1, 0)):
+            a, b = a0[sa:sa + n], b0[sb:sb + n]
+            for name, ins in (("sub", [a, b]), ("neg", [a]), ("clip", [a, b0[:1], b0[-1:]])):
+                want = reference(OP[name], BF16, [np.broadcast_to(x, (n,)) for x in ins])
+                out, raw, start = _offset_out(n, BF16, off)
+                _desc_call(handle, name, out, ins)
+                assert_exact(out, want)
+                _check_raw(raw, start, 2 * n)
+        x = a0[1:].copy()
+        want = reference(OP["sub"], BF16, [x, b0[:n]])
+        _desc_call(handle, "sub", x, [x, b0[:n]])
+        assert_exact(x, want)
+
+
 def test_forced_tiled_staged_inputs(handle, monkeypatch):
     """The tiled kind's staged inputs (transposed through a scratch tile in registers) with
     the thresholds lowered: full tiles stored non-temporally (64-byte aligned rows of whole
