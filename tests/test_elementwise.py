@@ -767,8 +767,8 @@ def test_forced_parallel_and_nt_on_small_sizes(handle, monkeypatch):
 def test_bf16_pairs_read_and_written_as_words(handle):
     """A light bf16 body's plain loop runs two elements per 32-bit word of each dense operand
     (``_Gen.paired``): odd lengths (the last element alone), operands starting at an odd
-    element (words at 2 mod 4 bytes), in place, a broadcast scalar; bits as the reference,
-    nothing written past the output."""
+    element (words at 2 mod 4 bytes), in place, a broadcast scalar, strided rows; bits as the
+    reference, nothing written past the output."""
     from infiniop.backends.cpu import elementwise_kernels as ek
 
     sub = REGISTRY["sub"]
@@ -789,6 +789,13 @@ def test_bf16_pairs_read_and_written_as_words(handle):
         want = reference(OP["sub"], BF16, [x, b0[:n]])
         _desc_call(handle, "sub", x, [x, b0[:n]])
         assert_exact(x, want)
+    # rows of the strided kind: a broadcast row or column, rows starting at odd elements
+    a = draw(rng, BF16, (9, 36))[:, 1:]
+    for b in (draw(rng, BF16, (35,)), draw(rng, BF16, (9, 1)), draw(rng, BF16, (9, 37))[:, 2:]):
+        want = reference(OP["sub"], BF16, [a, np.broadcast_to(b, a.shape)])
+        out = canary_array(a.shape, BF16)
+        _desc_call(handle, "sub", out, [a, b])
+        assert_exact(out, want)
 
 
 def test_forced_tiled_staged_inputs(handle, monkeypatch):

@@ -513,6 +513,20 @@ class _Gen:
         self.emit(f"{ind}for i in range(cw):")
         self.body(ind + "    ", ptr, "c + i", nt, given=given)
 
+    def plain_loop(self, indent: str, ptr: str, count: str, split: bool = False) -> None:
+        """``count`` elements from the pointers ``<ptr><j>`` with ordinary stores: ``loop``, or
+        for a light bf16 body (``paired``) ``packed_loop`` over its words, then the last
+        element of an odd count."""
+        if not self.paired():
+            self.loop(indent, ptr, count, split=split)
+            return
+        for j in self.written + self.bf16_pairs():
+            self.emit(f"{indent}{'w' if j in self.written else 'u'}{j} = "
+                      f"address_as_pointer(pointer_address({ptr}{j}), np.uint32)")
+        self.packed_loop(indent, ptr, f"({count}) // 2", nt=False)
+        self.emit(f"{indent}for i in range(({count}) // 2 * 2, {count}):")
+        self.body(indent + "    ", ptr, "i", False)
+
     def handover_arrays(self, indent: str, cut, elements: int, tag: str) -> None:
         """A stack array of ``elements`` values (``<tag>p<n>``) per node of a fission cut."""
         for n, node in enumerate(cut):
@@ -567,12 +581,14 @@ class _Gen:
                 and self.slots[j].dtype is DType.BF16 and j not in self.written]
 
     def paired(self) -> bool:
-        """Whether a light body's plain loop runs as ``packed_loop`` with plain stores: bf16
-        outputs, every per-element input a dense bf16 one (read as words)."""
+        """Whether a light body's plain loop runs as ``packed_loop`` with plain stores (see
+        :meth:`plain_loop`): bf16 outputs, every per-element input a dense bf16 one (read as
+        words)."""
         dense = [j for j in range(self.nslots) if self.loaded(j) and self.pattern[j] != "0"
                  and j not in self.written]
         return (not is_heavy(self.p.results) and bool(self.bf16_pairs())
-                and set(dense) <= set(self.bf16_pairs()))
+                and set(dense) <= set(self.bf16_pairs())
+                and all(self.pattern[j] == "1" for j in self.written))
 
     def staged_loop(self, indent: str, ptr: str, words: str) -> None:
         """``words`` words of every output (word pointers ``w<j>``), computed a stack chunk at
@@ -689,15 +705,8 @@ class _Gen:
             self.wide("    ")
             self.pointers("    ", "q", "s{j}")
             self.loads("    ", "q", "0", True)
-            if fname == "serial" and self.paired():
-                for j in self.written + self.bf16_pairs():
-                    self.emit(f"    {'w' if j in self.written else 'u'}{j} = "
-                              f"address_as_pointer(s{j}, np.uint32)")
-                self.packed_loop("    ", "q", "n // 2", nt=False)
-                self.emit("    for i in range(n // 2 * 2, n):")
-                self.body("        ", "q", "i", False)
-            elif fname == "serial":
-                self.loop("    ", "q", "n", split=True)
+            if fname == "serial":
+                self.plain_loop("    ", "q", "n", split=True)
             elif fname == "streamed":
                 self.nt_loop("    ", "q", str(BLOCK_BYTES // self.isz[0]), "s{j}")
                 self.emit("    sfence()")
@@ -788,9 +797,9 @@ class _Gen:
                              f"s{{j}} + (g{{j}} + head * st{{j}}) * {isz0}")
                 e("            sfence()")
                 e("        else:")
-                self.loop("            ", "q", "m")
+                self.plain_loop("            ", "q", "m")
             else:
-                self.loop("        ", "q", "m")
+                self.plain_loop("        ", "q", "m")
             e("    return 0")
 
     def task_loop(self, par: bool) -> None:
