@@ -176,6 +176,26 @@ def test_norms_follow_the_reduction_order_bit_for_bit(handle, dtype, n):
     assert_exact(y, want.astype(dtype))
 
 
+@pytest.mark.parametrize("n", [1, 6, 1001])
+def test_bf16_rows_read_and_written_as_words(handle, n):
+    """Light bf16 epilogues (rms_norm, layer_norm) run two elements per 32-bit word of every
+    operand (``row_outputs``' paired loop): rows and weights starting at odd elements (words at
+    2 mod 4 bytes), an odd last element, an output slice, in place; bits of the model."""
+    rng = np.random.default_rng(n + 3)
+    x = draw(rng, BF16, (5, n + 1), 3)[:, 1:]
+    w, bias = draw(rng, BF16, (n + 1,))[1:], draw(rng, BF16, (n + 1,))[1:]
+    y = np.full((5, n + 1), np.nan, BF16)[:, 1:]
+    run(handle, "rms_norm", [y], [x, w], epsilon=1e-6)
+    assert_exact(y, model_rms(x, w, 1e-6))
+    outs = [np.empty((5, n + 1), BF16)[:, 1:], np.empty_like(x), np.empty(5, BF16)]
+    run(handle, "layer_norm", outs, [x, w, bias], eps=1e-5)
+    for got, want in zip(outs, model_layer_norm(x, w, bias, 1e-5)):
+        assert_exact(got, want)
+    xi = x.copy()
+    run(handle, "rms_norm", [xi], [xi, w], epsilon=1e-6)
+    assert_exact(xi, model_rms(x, w, 1e-6))
+
+
 ROW_MAX = infiniop.row_operator("test_row_max", "y:out, mx:out:stat, x",
                                 lambda m, x: (x - m.max(x), m.max(x)), axis="axis")
 
