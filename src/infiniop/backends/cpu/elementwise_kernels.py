@@ -1,10 +1,11 @@
 """CPU elementwise kernels generated from a traced operator (elementwise.spec.Program).
 
-One module per (program, layout kind, stride pattern) holds two Numba functions,
-``serial``/``parallel`` (a light flat body: ``serial``/``streamed``, run on the pool by the
-shared :func:`flat_driver`): they take raw slot addresses (any buffer kind) and the scalar
-parameters. The array ``launch`` (:func:`launcher`, a module of its own shared by every kernel
-of the same operand structure) takes the operands as NumPy arrays and checks, in compiled code,
+One module per (program, layout kind, stride pattern) holds the Numba functions of
+:func:`kernel_names`: ``serial`` and ``parallel``, or for a light body ``serial`` (flat: and
+``streamed``), which a shared driver runs on the pool (:func:`flat_driver`, :func:`task_driver`).
+They take raw slot addresses (any buffer kind) and the scalar parameters. The array
+``launch`` (:func:`launcher`, a module of its own shared by every kernel of the same operand
+structure) takes the operands as NumPy arrays and checks, in compiled code,
 that each array is laid out exactly as its descriptor says and that outputs do not overlap other
 operands, then calls the kernel by address: a small call stays within about a microsecond of
 NumPy's own ufunc call.
