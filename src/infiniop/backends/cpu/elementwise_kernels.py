@@ -90,6 +90,13 @@ def packed_word(values: list[str], bits: int) -> str:
     return f"np.uint32({word})"
 
 
+def bf16_lane(word: str, lane: int) -> str:
+    """Element ``lane`` (0: the low half) of a 32-bit word of two bf16 values, as float32: the
+    word shifted or masked, lane-wise (read as 16-bit elements, pairs need shuffles)."""
+    bits = f"{word} << np.uint32(16)" if lane == 0 else f"{word} & np.uint32(0xFFFF0000)"
+    return f"bitcast(np.uint32({bits}), np.float32)"
+
+
 def launcher_tables(head: list[int], info, operands: list[int], origins: list[int],
                     extras=()):
     """The one int64 table the generated array launchers read (see :func:`launcher`):
@@ -447,9 +454,7 @@ class _Gen:
             idx = "0" if cls == "0" else index if cls in "1t" else f"({index}) * {stride}{j}"
             value = _load(s.dtype, f"{ptr}{j}[{idx}]")
             if words and j in words:
-                word, u = words[j]
-                bits = f"{word} << np.uint32(16)" if u == 0 else f"{word} & np.uint32(0xFFFF0000)"
-                value = f"bitcast(np.uint32({bits}), np.float32)"
+                value = bf16_lane(*words[j])
             if s.dtype is DType.F16 and s.load in self.compared:  # see intrinsics.canonical
                 value = f"{'opaque' if hoisted else 'canonical'}({value})"
             self.emit(f"{indent}{var}{s.load} = {value}")

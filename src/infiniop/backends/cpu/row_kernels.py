@@ -40,6 +40,7 @@ from .elementwise_kernels import (
     _load,
     _store,
     aliasing_test,
+    bf16_lane,
     is_heavy,
     launcher,
     packed_word,
@@ -344,8 +345,7 @@ class _Gen:
             for k in sorted(used):
                 j = self.slot_of_load[k]
                 if j in words:
-                    bits = f"wd{j} << np.uint32(16)" if lane == 0 else f"wd{j} & np.uint32(0xFFFF0000)"
-                    e(f"{J}x{k} = bitcast(np.uint32({bits}), np.float32)")
+                    e(f"{J}x{k} = {bf16_lane(f'wd{j}', lane)}")
             lines, outs = self.render(roots, names, prefix)
             for line in lines:
                 e(J + line)
