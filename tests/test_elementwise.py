@@ -14,6 +14,7 @@ layouts (contiguous, padded, in-place).
 from __future__ import annotations
 
 import functools
+import os
 import zlib
 from dataclasses import dataclass
 from math import prod
@@ -652,7 +653,25 @@ def test_readonly_inputs_are_fine():
 # ---------------------------------------------------------------------------------------------
 
 PAR = runtime.PARALLEL_THRESHOLD
-NT = runtime.NT_THRESHOLD_BYTES
+NT = 4 << 20  # the large tests pin the threshold (its default follows the CPU's cache)
+
+
+@pytest.fixture
+def nt_pinned(monkeypatch):
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", NT)
+
+
+def test_streaming_threshold_follows_the_last_level_cache(monkeypatch):
+    """Non-temporal stores start at a quarter of the last-level cache, within 4-8 MiB of output."""
+    from infiniop.backends.cpu import cpuinfo
+
+    for llc, want in [(32 << 20, 8 << 20), (24 << 20, 6 << 20), (16 << 20, 4 << 20),
+                      (1 << 20, 4 << 20), (260 << 20, 8 << 20), (None, 4 << 20)]:
+        monkeypatch.setattr(cpuinfo, "last_level_cache_bytes", lambda v=llc: v)
+        assert runtime._default_nt_threshold() == want
+    if "INFINIOP_NT_THRESHOLD_BYTES" not in os.environ:
+        monkeypatch.undo()
+        assert runtime.NT_THRESHOLD_BYTES == runtime._default_nt_threshold()
 
 
 def _offset_out(n, dtype: DType, offset: int):
@@ -675,7 +694,7 @@ def _check_raw(raw, start, nbytes):
     (F32, NT // 4 + 37, (0, 4, 36, 1)),  # NT stores: aligned, peeled heads, odd (unaligned) address
     (F16, NT // 2 + 11, (2,)),
 ], ids=["f32-parallel", "f32-nt", "f16-nt"])
-def test_large_flat(handle, dtype, n, offsets):
+def test_large_flat(handle, nt_pinned, dtype, n, offsets):
     assert n >= PAR
     rng = np.random.default_rng(4)
     a, b = draw(rng, dtype, (n,)), draw(rng, dtype, (n,))
@@ -696,7 +715,7 @@ def test_large_flat(handle, dtype, n, offsets):
         assert_exact(c, reference(OP["sub"], dtype, [a, np.broadcast_to(b[:1], (n,))]))
 
 
-def test_large_rows_broadcast_and_chunks(handle):
+def test_large_rows_broadcast_and_chunks(handle, nt_pinned):
     """Strided kind, parallel, NT rows: many rows with a broadcast row input; then two long
     rows split into chunks (each chunk starts misaligned)."""
     rng = np.random.default_rng(5)

@@ -7,6 +7,7 @@ import platform
 
 import numpy as np
 
+from ..backends.cpu.cpuinfo import last_level_cache_bytes
 from .timing import interleaved
 
 
@@ -54,24 +55,6 @@ def _op(name: str, arity: int):
         fn = (lambda m, x: x) if arity == 1 else (lambda m, x, y: x + y)
         _OPS[name] = elementwise(f"bench_{name}", ("x", "y")[:arity], NUMERIC, fn, register=False)
     return _OPS[name]
-
-
-def last_level_cache_bytes() -> int | None:
-    """Size of the largest CPU cache (Linux sysfs), or None where it cannot be read."""
-    best = None
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for index in os.listdir(base):
-            if not index.startswith("index"):
-                continue
-            with open(os.path.join(base, index, "size")) as f:
-                text = f.read().strip().upper()
-            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            size = int(text.rstrip("KMG")) * mult
-            best = size if best is None else max(best, size)
-    except (OSError, ValueError):
-        return None
-    return best
 
 
 def bandwidth(nbytes: int = 512 << 20, rounds: int = 5) -> dict:

@@ -1,8 +1,9 @@
-"""What this CPU is, from ``/proc/cpuinfo`` (no Numba or LLVM import: kernel sources are
+"""What this CPU is, from ``/proc/cpuinfo`` and sysfs (no Numba or LLVM import: kernel sources are
 generated in processes that never start Numba)."""
 
 from __future__ import annotations
 
+import os
 from functools import cache
 
 
@@ -21,6 +22,25 @@ def _fields() -> dict[str, str]:
     except OSError:
         pass
     return out
+
+
+@cache
+def last_level_cache_bytes() -> int | None:
+    """Size of the largest CPU cache (Linux sysfs), or None where it cannot be read."""
+    best = None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in os.listdir(base):
+            if not index.startswith("index"):
+                continue
+            with open(os.path.join(base, index, "size")) as f:
+                text = f.read().strip().upper()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            size = int(text.rstrip("KMG")) * mult
+            best = size if best is None else max(best, size)
+    except (OSError, ValueError):
+        return None
+    return best
 
 
 def intel() -> bool:

@@ -21,13 +21,27 @@ import sys
 from collections.abc import Callable
 
 from ... import kernel_cache
+from . import cpuinfo
 
 CACHE_DIR = kernel_cache.root()
 # Below this many elements a call runs serially: waking a pool costs more than it saves.
 PARALLEL_THRESHOLD = int(os.environ.get("INFINIOP_PARALLEL_THRESHOLD", 1 << 18))
-# Above this many output bytes stores bypass the cache (non-temporal): the output cannot stay
-# cached anyway, and skipping the read-for-ownership saves a third of the traffic.
-NT_THRESHOLD_BYTES = int(os.environ.get("INFINIOP_NT_THRESHOLD_BYTES", 4 << 20))
+
+
+def _default_nt_threshold() -> int:
+    """A quarter of the last-level cache, within 4-8 MiB: from there on (a binary operator then
+    moves 3/4 of the cache) the operands no longer stay cached between calls, and stores that
+    bypass the cache skip the read-for-ownership, a third of the traffic. Below it ordinary
+    stores keep the output in cache for the next call (AMD EPYC, 32 MiB L3 of 16 MiB per core
+    complex: sub float32 1M elements, 4 MiB of output, 176 us non-temporal vs 111 cached;
+    2M elements 352 vs 520)."""
+    llc = cpuinfo.last_level_cache_bytes() or 16 << 20
+    return min(max(llc // 4, 4 << 20), 8 << 20)
+
+
+# Above this many output bytes stores bypass the cache (non-temporal).
+_NT_ENV = os.environ.get("INFINIOP_NT_THRESHOLD_BYTES")
+NT_THRESHOLD_BYTES = int(_NT_ENV) if _NT_ENV else _default_nt_threshold()
 
 
 @functools.cache
