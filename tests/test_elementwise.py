@@ -662,16 +662,26 @@ def nt_pinned(monkeypatch):
 
 
 def test_streaming_threshold_follows_the_last_level_cache(monkeypatch):
-    """Non-temporal stores start at a quarter of the last-level cache, within 4-8 MiB of output."""
+    """Non-temporal stores from half the last-level cache in bytes moved (at most 16 MiB); each
+    operand counts its own bytes once (a broadcast one its own elements)."""
     from infiniop.backends.cpu import cpuinfo
 
-    for llc, want in [(32 << 20, 8 << 20), (24 << 20, 6 << 20), (16 << 20, 4 << 20),
-                      (1 << 20, 4 << 20), (260 << 20, 8 << 20), (None, 4 << 20)]:
+    for llc, want in [(32 << 20, 16 << 20), (16 << 20, 8 << 20), (105 << 20, 16 << 20),
+                      (None, 8 << 20)]:
         monkeypatch.setattr(cpuinfo, "last_level_cache_bytes", lambda v=llc: v)
         assert runtime._default_nt_threshold() == want
+    monkeypatch.undo()
     if "INFINIOP_NT_THRESHOLD_BYTES" not in os.environ:
-        monkeypatch.undo()
         assert runtime.NT_THRESHOLD_BYTES == runtime._default_nt_threshold()
+    # sub (1000, 300) float32 - a (1000, 1) column, written as float16
+    shape, strides = (1000, 300), [(300, 1), (300, 1), (1, 0)]
+    assert runtime.moved_bytes(shape, strides, [2, 4, 4]) == 300_000 * 6 + 4000
+    assert runtime.moved_bytes((0, 300), strides, [2, 4, 4]) == 0
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 300_000 * 6 + 4000)
+    assert runtime.streams(runtime.moved_bytes(shape, strides, [2, 4, 4]))
+    assert not runtime.streams(runtime.moved_bytes(shape, strides, [2, 4, 2]))
+    half = runtime.NT_THRESHOLD_BYTES // 2  # a caller's scale: strided copies stream sooner
+    assert runtime.streams(half, 0.5) and not runtime.streams(half - 1, 0.5)
 
 
 def _offset_out(n, dtype: DType, offset: int):

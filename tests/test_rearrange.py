@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import infiniop
 from infiniop import DType, Status, TensorDescriptor
-from infiniop.backends.cpu import rearrange_kernels, runtime
+from infiniop.backends.cpu import runtime
 from infiniop.rearrange import copy_, create_rearrange_descriptor, parse, plan, rearrange
 from infiniop.tensor import contiguous_strides
 
@@ -459,7 +459,6 @@ def thresholds(request, monkeypatch):
     if request.param != "default":
         monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 0)
         monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 0)
-        monkeypatch.setattr(rearrange_kernels, "COPY_NT_MIN_BYTES", 0)
     return request.param
 
 

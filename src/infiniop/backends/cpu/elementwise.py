@@ -80,10 +80,11 @@ class ElementwiseKernel:
         self._flat = info.kind == "flat"
         # a light body's pool loop is a shared driver calling its functions by address
         driven = self.parallel and "parallel" not in kernel_names(info.kind, prog.results)
+        streamed = runtime.streams(runtime.moved_bytes(lay.shape, lay.strides, isz))
         if info.kind == "flat":
             # (n, stream, serial_at)
             sizes = [n, 0, 0]
-            nt = n * isz[0] >= runtime.NT_THRESHOLD_BYTES
+            nt = streamed
             if driven:
                 at = (*[0] * len(slots), *self.params, *sizes)
                 sizes = [n, fns["streamed"].address(*at) if nt else 0, fns["serial"].address(*at)]
@@ -99,7 +100,7 @@ class ElementwiseKernel:
                 chunks = 1
                 if self.parallel and tasks < 4 * nthreads:
                     chunks = max(1, min(-(-lay.shape[-1] // cols), 4 * nthreads))
-                nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES)
+                nt = int(streamed)
             else:
                 inner = lay.shape[-1]
                 rows = n // inner if inner else 0  # empty: an extent-0 innermost dim
@@ -107,7 +108,7 @@ class ElementwiseKernel:
                 chunks = 1
                 if self.parallel and rows < 4 * nthreads:
                     chunks = max(1, min(inner // 4096, 4 * nthreads))
-                nt = int(n * isz[0] >= runtime.NT_THRESHOLD_BYTES and info.pattern[0] == "1"
+                nt = int(streamed and info.pattern[0] == "1"
                          and inner * isz[0] >= 1024)
             sizes = [chunks, nt, 0]
         self._shape = np.array(lay.shape, dtype=np.int64)

@@ -4,7 +4,8 @@ Three kernel families, each specialised only by the size of the word it moves (a
 argument: an empty uint8/16/32/64 array), never by dtype or operator:
 
 - ``memcpy``: one contiguous run of bytes; split in 64-byte aligned chunks across threads, with
-  non-temporal 64-byte line stores above ``runtime.NT_THRESHOLD_BYTES``.
+  non-temporal 64-byte line stores where ``runtime.streams`` says so (about the last-level
+  cache's size, read + written).
 - ``units``: an N-D loop over contiguous units (words, small word groups, or big runs copied with
   memcpy / NT lines); the innermost loop walks the destination's fastest dim.
 - ``transpose``: a batched generalised 2-D transpose. Rows r are units contiguous in the
@@ -32,9 +33,6 @@ from . import native, runtime
 # (32 read streams) is what the hardware prefetcher keeps up with.
 TILES = {1: (64, 1), 2: (32, 2), 4: (32, 2), 8: (32, 2)}
 _PARALLEL_COPY_BYTES = 1 << 19  # contiguous copies from here on use both threads
-# contiguous copies keep ordinary (cached) stores up to about the L3 size: measured faster than
-# NT below ~16 MiB when the data is reused; the NT threshold of runtime applies above it
-COPY_NT_MIN_BYTES = 16 << 20
 # staged transposes (non-temporal output through an L1/L2 scratch), see ``staging``
 STAGE_SHORT_ROW_BYTES = 8192
 STAGE_SCRATCH_BYTES = 4096
@@ -77,13 +75,14 @@ def build(meta):
     if kind == "empty":
         return None
     parallel = meta.numel >= runtime.PARALLEL_THRESHOLD
-    nt = meta.nbytes >= runtime.NT_THRESHOLD_BYTES
+    moved = 2 * meta.nbytes  # read and written
+    nt = runtime.streams(moved, 0.5)  # strided stores: see runtime.streams
     doff, soff = meta.dst_offset, meta.src_offset
     marker = MARKERS[meta.word]
     if kind == "memcpy":
         big = meta.unit >= _PARALLEL_COPY_BYTES or runtime.PARALLEL_THRESHOLD == 0
         fn = memcpy_parallel if big else memcpy_serial
-        args = (meta.unit, nt and meta.unit >= COPY_NT_MIN_BYTES)
+        args = (meta.unit, runtime.streams(moved, 2))
     elif kind == "units":
         fn = units_parallel if parallel else units_serial
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units, nt)

@@ -33,7 +33,9 @@ class RowKernel:
                        if s.store is not None and kd == "row"]
         stream = (info.kind == "row" and all(info.pattern[j] == "1" and isz[j] == isz[0]
                                              for j in row_outputs)
-                  and rows * n * isz[0] >= runtime.NT_THRESHOLD_BYTES and n * isz[0] >= 1024)
+                  and n * isz[0] >= 1024
+                  and runtime.streams(runtime.moved_bytes(
+                      (*lay.shape, n), [(*o, a) for o, a in zip(lay.strides, info.axis_strides)], isz)))
         if info.kind == "col":
             lp = lanes_for(n)
             cb = max(16, min(256, LANE_BYTES // (4 * lp)))

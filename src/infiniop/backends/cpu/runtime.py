@@ -29,19 +29,44 @@ PARALLEL_THRESHOLD = int(os.environ.get("INFINIOP_PARALLEL_THRESHOLD", 1 << 18))
 
 
 def _default_nt_threshold() -> int:
-    """A quarter of the last-level cache, within 4-8 MiB: from there on (a binary operator then
-    moves 3/4 of the cache) the operands no longer stay cached between calls, and stores that
-    bypass the cache skip the read-for-ownership, a third of the traffic. Below it ordinary
-    stores keep the output in cache for the next call (AMD EPYC, 32 MiB L3 of 16 MiB per core
-    complex: sub float32 1M elements, 4 MiB of output, 176 us non-temporal vs 111 cached;
-    2M elements 352 vs 520)."""
-    llc = cpuinfo.last_level_cache_bytes() or 16 << 20
-    return min(max(llc // 4, 4 << 20), 8 << 20)
+    """Half the last-level cache, at most 16 MiB (8 MiB where sysfs does not say): see
+    ``streams``."""
+    return min(cpuinfo.last_level_cache_bytes() or 16 << 20, 32 << 20) // 2
 
 
-# Above this many output bytes stores bypass the cache (non-temporal).
+# The bytes moved by a call (each operand's own bytes, read or written, once) from which its
+# stores bypass the cache (non-temporal), times the caller's scale.
 _NT_ENV = os.environ.get("INFINIOP_NT_THRESHOLD_BYTES")
 NT_THRESHOLD_BYTES = int(_NT_ENV) if _NT_ENV else _default_nt_threshold()
+
+
+def streams(moved: int, scale: float = 1.0) -> bool:
+    """Whether a call moving ``moved`` bytes stores non-temporally.
+
+    While a call's operands fit well inside the last-level cache, the next call finds them
+    there and ordinary stores keep its output cached; once they do not, stores that bypass the
+    cache skip the read-for-ownership. Measured on a shared AMD EPYC (32 MiB of L3, 2 threads,
+    2026-11-27): cached stores 1.3-2x faster at 8-12 MiB moved (sub/clip float32 1M elements,
+    rms_norm float32 (256, 4096)); from 24 to 48 MiB either could win by 1.3-1.9x from one run
+    to the next (what the neighbours leave of the cache), so half the cache is where the
+    elementwise and row kernels start streaming. Scales: contiguous copies 2 (cached 3x faster
+    at 8 MiB copied, non-temporal 1.1x at 16 MiB), transposes and other strided copies 0.5
+    (their cached stores write scattered lines partially: non-temporal 1.15-1.3x faster at 4-6
+    MiB copied).
+    """
+    return moved >= NT_THRESHOLD_BYTES * scale
+
+
+def moved_bytes(shape, strides, itemsizes) -> int:
+    """Bytes a call moves: per operand, its itemsize times the extents it steps along (a
+    broadcast dimension, stride 0, counts once)."""
+    total = 0
+    for st, isz in zip(strides, itemsizes):
+        covered = isz
+        for extent, step in zip(shape, st):
+            covered *= extent if step else min(extent, 1)
+        total += covered
+    return total
 
 
 @functools.cache
