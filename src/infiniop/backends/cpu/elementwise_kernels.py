@@ -301,8 +301,8 @@ import numpy as np
 from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
-    bitcast, prefer_512_bit_vectors, prefetch, stack_scratch, pointer_address, opaque,
-    canonical)
+    bitcast, prefer_512_bit_vectors, prefetch, prefetch_l2, stack_scratch, pointer_address,
+    opaque, canonical)
 from infiniop.backends.cpu.transpose import tile_transpose, tile_transpose_256
 from infiniop.backends.cpu.arrays import layout_end
 

@@ -223,22 +223,31 @@ def stack_scratch(typingctx, nbytes):
     return sig, codegen
 
 
-@intrinsic
-def prefetch(typingctx, ptr, index):
-    sig = types.void(ptr, index)
+def _prefetch(locality: int):
+    """An intrinsic ``(ptr, index)`` asking for the cache line of ``ptr[index]`` (a read)."""
 
-    def codegen(context, builder, signature, args):
-        p, i = args
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # read, keep in every cache level (locality 3), data cache
-        builder.call(fn, [builder.bitcast(builder.gep(p, [i]), i8p), ir.Constant(i32, 0),
-                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+    @intrinsic
+    def prefetch(typingctx, ptr, index):
+        sig = types.void(ptr, index)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            p, i = args
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            builder.call(fn, [builder.bitcast(builder.gep(p, [i]), i8p), ir.Constant(i32, 0),
+                              ir.Constant(i32, locality), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return prefetch
+
+
+# into every cache level (prefetcht0), and into L2 and beyond but not L1 (prefetcht1)
+prefetch = _prefetch(3)
+prefetch_l2 = _prefetch(2)
 
 
 @intrinsic
