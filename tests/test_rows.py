@@ -631,6 +631,63 @@ def test_rope_functional_repeated_calls(handle):
                  run(handle, "rope", [np.empty_like(x)], [x, pos, sin, cos], algo=0)[0])
 
 
+def test_row_functional_repeated_calls(handle):
+    """The functional form's shortcut for a repeated call (the operator's last NumPy call: its
+    scalars and descriptor fast path) must give what a fresh descriptor gives whenever anything
+    changed: scalars, shapes, dtypes, layouts, optional operands given or not, in place, tuples
+    of outputs; and it must refuse what the general path refuses."""
+    from infiniop.rows import functional
+
+    rng = np.random.default_rng(16)
+    x, w, b = draw(rng, np.float32, (2, 64)), draw(rng, np.float32, (64,)), draw(rng, np.float32, (64,))
+    for eps in (1e-6, 1e-6, 0.5, 0.5):  # a decode loop, then other scalars
+        want = run(handle, "rms_norm", [np.empty_like(x)], [x, w], epsilon=eps)[0]
+        assert_exact(infiniop.rms_norm(x, w, epsilon=eps), want)
+        out = np.full_like(x, np.nan)
+        assert infiniop.rms_norm(x, w, out=out, epsilon=eps) is out
+        assert_exact(out, want)
+    if not IN_TRITON:  # the shortcut is the CPU fast path's (Triton: the keyed path)
+        assert infiniop.rms_norm in functional._last_call
+    want = run(handle, "rms_norm", [np.empty_like(x)], [x, w], epsilon=0.5)[0]
+    xi = x.copy()
+    infiniop.rms_norm(xi, w, out=xi, epsilon=0.5)
+    assert_exact(xi, want)
+    x3 = draw(rng, np.float32, (3, 64))  # another shape, then another dtype, then strided
+    assert_exact(infiniop.rms_norm(x3, w, epsilon=0.5),
+                 run(handle, "rms_norm", [np.empty_like(x3)], [x3, w], epsilon=0.5)[0])
+    xh, wh = x.astype(np.float16), w.astype(np.float16)
+    assert_exact(infiniop.rms_norm(xh, wh, epsilon=0.5),
+                 run(handle, "rms_norm", [np.empty_like(xh)], [xh, wh], epsilon=0.5)[0])
+    xt = np.ascontiguousarray(x.T).T
+    infiniop.rms_norm(x, w, epsilon=0.5)
+    assert_exact(infiniop.rms_norm(xt, w, epsilon=0.5), want)
+    infiniop.rms_norm(x, w, epsilon=0.5)
+    raises(Status.BAD_PARAM, lambda: infiniop.rms_norm(x, w, w, epsilon=0.5))  # one too many
+    raises(Status.BAD_TENSOR_SHAPE, lambda: infiniop.rms_norm(x, w[:32], epsilon=0.5))
+    # three outputs, bias optional: without, then with, then without again
+    outs = (np.empty_like(x), np.empty_like(x), np.empty(2, np.float32))
+    for bias in (None, b, None):
+        ins = [x, w] if bias is None else [x, w, bias]
+        want = run(handle, "layer_norm", [np.empty_like(x), np.empty_like(x), np.empty(2, np.float32)],
+                   [x, w, bias])
+        got = infiniop.layer_norm(*ins)
+        for g, e in zip(got, want):
+            assert_exact(g, e)
+        assert infiniop.layer_norm(*ins, out=outs) == outs
+        for g, e in zip(outs, want):
+            assert_exact(g, e)
+    # scalars compare by type and value: a bool, a float or another zero is not the last call's
+    infiniop.softmax(x, axis=1)
+    raises(Status.BAD_PARAM, lambda: infiniop.softmax(x, axis=True))
+    raises(Status.BAD_PARAM, lambda: infiniop.softmax(x, axis=1.0))
+    assert_close(infiniop.softmax(x, axis=0), ref_softmax(x, 0), np.float32)
+    pos, (sin, cos) = np.array([3], np.int32), _tables(rng, 8, 2, np.float32)
+    xr = draw(rng, np.float32, (1, 2, 4))
+    infiniop.rope(xr, pos, sin, cos, algo=1)
+    raises(Status.BAD_PARAM, lambda: infiniop.rope(xr, pos, sin, cos, algo=True))
+    raises(Status.BAD_PARAM, lambda: infiniop.rope(xr, pos, sin, cos, algo=1.0))
+
+
 # ----------------------------------------------------------------------- user-defined operators
 
 def test_user_defined_row_operator(handle):

@@ -10,21 +10,48 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from math import copysign
 
 import numpy as np
 
 from ..dtype import as_dtype
-from ..elementwise.functional import CACHE_SIZE, _as_array, _descriptor, _gpu_device, _is_torch
+from ..elementwise.functional import (
+    CACHE_SIZE,
+    _as_array,
+    _descriptor,
+    _gpu_device,
+    _is_torch,
+    _params_key,
+)
 from ..layout import broadcast_shape
 from ..memory import empty_aligned
 from ..status import InfiniError, Status
 
 _cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shapes, dtypes)
 _lock = threading.Lock()
+# Per operator, its last NumPy call: (the scalars, the descriptor's fast path, the first input's
+# shape, the outputs' shapes and dtypes). A call with the same scalars runs that fast path before
+# building a cache key; its launcher checks every layout, dtype and overlap, and anything else
+# falls through (AMD EPYC: rms_norm (1, 4096) float32 with out= 4.5 -> 2.3-2.5 us a call, with
+# epsilon= given too 4.7 -> 2.7 us; the descriptor's calculate takes 1.3).
+_last_call: dict = {}
 
 
 def call(spec, args, out=None, params=None):
     params = params or {}
+    last = _last_call.get(spec)
+    if last is not None and _same_scalars(params, last[0]):
+        _, fast, shape0, shapes, dtypes = last
+        if out is not None:
+            outs = list(out) if isinstance(out, tuple | list) else [out]
+        elif args and type(args[0]) is np.ndarray and args[0].shape == shape0:
+            outs = [empty_aligned(s, d) for s, d in zip(shapes, dtypes)]
+        else:
+            outs = None
+        if outs is not None and len(outs) == len(shapes):
+            arrange = _arranger(spec, len(args))
+            if arrange is not None and fast(arrange(args, outs)) == 0:
+                return outs[0] if len(outs) == 1 else tuple(outs)
     key = _numpy_key(spec, args, out, params)
     hit = _cache.get(key) if key is not None else None
     if hit is not None:
@@ -34,14 +61,27 @@ def call(spec, args, out=None, params=None):
         else:
             outs = list(out) if isinstance(out, tuple | list) else [out]
         desc.calculate(None, *_interleave(spec, args, outs))
+        _note_last(spec, desc, args, params, shapes, dtypes)
         return outs[0] if len(outs) == 1 else tuple(outs)
     return _call_general(spec, args, out, params, key)
+
+
+def _same_scalars(params: dict, last: dict) -> bool:
+    """The scalars are the last call's by type and value (axis=True is not axis=1, -0.0 is not
+    0.0; NaN is never the same): cheaper than comparing ``_params_key``s (0.3 vs 1.2 us)."""
+    if len(params) != len(last):
+        return False
+    for k, v in params.items():
+        lv = last.get(k, last)
+        if type(v) is not type(lv) or v != lv or (type(v) is float and copysign(1.0, v) != copysign(1.0, lv)):
+            return False
+    return True
 
 
 def _numpy_key(spec, args, out, params):
     """The cache key of an all-NumPy call (None otherwise): layouts of the inputs and of the
     outputs given, and the scalars."""
-    key = [spec, tuple(sorted(params.items()))]
+    key = [spec, _params_key(params)]  # by type and repr: axis=True is not axis=1
     for a in (out if isinstance(out, tuple | list) else () if out is None else (out,)):
         if type(a) is not np.ndarray:
             return None
@@ -60,6 +100,31 @@ def _interleave(spec, ins, outs) -> list:
     """Buffers in the operator's order from the inputs and the outputs."""
     it_in, it_out = iter(ins), iter(outs)
     return [next(it_out) if o.writes else next(it_in, None) for o in spec.operands]
+
+
+_arrangers: dict = {}
+
+
+def _arranger(spec, nargs: int):
+    """``f(args, outs)`` -> the buffers in the operator's order (what :func:`_interleave` gives,
+    as one tuple expression: 0.7 -> 0.2 us), for calls with ``nargs`` inputs; None when the
+    operator has fewer."""
+    f = _arrangers.get((spec, nargs))
+    if f is None:
+        if nargs > sum(o.reads for o in spec.operands):
+            return None  # the general path says what is wrong
+        items, i, k = [], 0, 0
+        for o in spec.operands:
+            if o.writes:
+                items.append(f"o[{k}]")
+                k += 1
+            else:
+                items.append(f"a[{i}]" if i < nargs else "None")
+                i += 1
+        env: dict = {}
+        exec(f"def f(a, o):\n    return ({', '.join(items)},)\n", env)
+        f = _arrangers[(spec, nargs)] = env["f"]
+    return f
 
 
 def _call_general(spec, args, out, params, key):
@@ -122,13 +187,23 @@ def _call_general(spec, args, out, params, key):
     desc.calculate(None, *buffers)
     results = [b for o, b in zip(ops, buffers) if o.writes]
     if key is not None and all(type(b) is np.ndarray for b in buffers if b is not None):
+        shapes, dtypes = [r.shape for r in results], [r.dtype for r in results]
         with _lock:
-            _cache[key] = (desc, [r.shape for r in results], [r.dtype for r in results])
+            _cache[key] = (desc, shapes, dtypes)
             while len(_cache) > CACHE_SIZE:
                 _cache.popitem(last=False)
+        _note_last(spec, desc, args, params, shapes, dtypes)
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _note_last(spec, desc, args, params, shapes, dtypes) -> None:
+    """Remember a NumPy call of ``spec`` for the shortcut at the top of ``call``."""
+    fast = getattr(desc, "_fast", None)
+    if fast is not None and args and type(args[0]) is np.ndarray:
+        _last_call[spec] = (dict(params), fast, args[0].shape, shapes, dtypes)
 
 
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+        _last_call.clear()

@@ -268,7 +268,7 @@ _last_call: dict = {}
 
 def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
     """Functional rope on NumPy arrays or torch tensors; returns ``y`` (``out=x`` for in place)."""
-    last = _last_call.get(algo)
+    last = _last_call.get(algo) if type(algo) is int else None  # True == 1: not a shortcut
     if last is not None and type(x) is np.ndarray:
         fast, shape, npdt, info = last
         y = out if out is not None else empty_aligned(shape, npdt) if x.shape == shape else None
