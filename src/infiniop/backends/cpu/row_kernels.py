@@ -427,9 +427,9 @@ class _Gen:
                 e(f"{I}        for jp in range(head + {k} * i0, min(head + {k} * i0 + {_BLOCK}, "
                   f"{end}), {64 // self.isz[j]}):")
                 # 4-byte and wider rows into L2 only: measured on an AMD EPYC (Zen 4, 2026-11-27),
-                # float32 rms_norm (2048, 4096) 2.2-2.8 -> 1.5-1.9 ms, softmax 4.2-5.0 -> 3.3-4.1,
-                # causal_softmax (32, 2048, 2048) 51-70 -> 41-45; 2-byte rows neither gained
-                # nor lost clearly (bf16 rms_norm lost in 7 of 9 runs), so they keep L1
+                # float32 rms_norm (2048, 4096) 2.3-2.9 -> 1.6-1.9 ms, causal_softmax (32, 2048,
+                # 2048) 57-62 -> 43-47, softmax within noise; 2-byte rows neither gained nor
+                # lost clearly (bf16 rms_norm lost in 7 of 9 runs), so they keep L1
                 fn = "prefetch_l2" if self.isz[j] >= 4 else "prefetch"
                 e(f"{I}            {fn}(qn{j}, jp)")
         if k > 1 and all(self.slots[j].dtype is DType.F16 for j in outs_j):

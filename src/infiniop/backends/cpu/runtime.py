@@ -49,10 +49,10 @@ def streams(moved: int, scale: float = 1.0) -> bool:
     2026-11-27): cached stores 1.3-2x faster at 8-12 MiB moved (sub/clip float32 1M elements,
     rms_norm float32 (256, 4096)); from 24 to 48 MiB either could win by 1.3-1.9x from one run
     to the next (what the neighbours leave of the cache), so half the cache is where the
-    elementwise and row kernels start streaming. Scales: contiguous copies 2 (cached 3x faster
-    at 8 MiB copied, non-temporal 1.1x at 16 MiB), transposes and other strided copies 0.5
-    (their cached stores write scattered lines partially: non-temporal 1.15-1.3x faster at 4-6
-    MiB copied).
+    elementwise and row kernels start streaming. Scales (the thresholds these copies had
+    before, measured then and again): contiguous copies 2 (cached 3x faster at 8 MiB copied; at
+    16 MiB each won by 1.3x in one of two runs), transposes and other strided copies 0.5
+    (non-temporal 1.15-1.3x faster at 4-6 MiB copied).
     """
     return moved >= NT_THRESHOLD_BYTES * scale
 
