@@ -88,6 +88,37 @@ def test_public_api_exports():
         assert getattr(infiniop, name) is d, name
 
 
+
+_FIRST_USE = """
+import sys, infiniop
+def loaded():
+    return sorted(m for m in sys.modules if m.startswith(("infiniop.ops.", "infiniop.rows")))
+assert loaded() == [], loaded()
+infiniop.sub
+assert loaded() == ["infiniop.ops.arithmetic"], loaded()
+infiniop.create_silu_descriptor
+assert loaded() == ["infiniop.ops.activation", "infiniop.ops.arithmetic"], loaded()
+infiniop.softmax
+assert "infiniop.rows.ops" in loaded() and "infiniop.ops.mathfn" not in loaded(), loaded()
+print(len(infiniop.OPERATORS))
+"""
+
+
+def test_operators_are_defined_on_first_use():
+    """``import infiniop`` defines no operator; the first use of one imports its own module
+    (PEP 562), ``OPERATORS`` all of them; ``ops.MODULE_OF`` says where each is defined."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _FIRST_USE], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(len(infiniop.ops.MODULE_OF))]
+    for spec in infiniop.ops.ALL:
+        module = importlib.import_module(f"infiniop.ops.{infiniop.ops.MODULE_OF[spec.name]}")
+        assert getattr(module, spec.name.upper()) is spec is getattr(infiniop, spec.name)
+        assert infiniop.OPERATORS[spec.name] is spec
+    assert len(infiniop.OPERATORS) == len(infiniop.ops.MODULE_OF) == 41
+
 # ---------------------------------------------------------------------------------------------
 # DType
 # ---------------------------------------------------------------------------------------------

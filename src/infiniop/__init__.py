@@ -3,6 +3,7 @@
 The public API is re-exported here; see README.md for the descriptor contract.
 """
 
+from . import ops as _ops
 from ._version import __version__ as __version__
 from .device import Device, Handle
 from .dtype import (
@@ -33,36 +34,33 @@ from .elementwise import (
 )
 from .handle import create_handle
 from .memory import empty_aligned
-from .ops import ALL as _OPERATORS
 from .rearrange import copy_, create_rearrange_descriptor, rearrange
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
 
 # Every built-in operator: the functional form ``infiniop.<op>(...)`` (the operator object itself)
 # and the descriptor API ``infiniop.create_<op>_descriptor(handle, *tensor_descs, **scalars)``.
-OPERATORS = {spec.name: spec for spec in _OPERATORS}
-for _spec in _OPERATORS:
-    globals()[_spec.name] = _spec
-    globals()[f"create_{_spec.name}_descriptor"] = _spec.create_descriptor
-del _spec
-
-# Row operators (InfiniCore's argument order; scalars after the tensors or as keywords) and
-# rope are imported on first use (PEP 562): a process that calls only elementwise operators
-# does not pay for their modules at import (~7 ms of the ~100 ms budget for import + first
-# result).
+# All are imported on first use (PEP 562), each from its module: a process pays at import for
+# none of them (the 41 elementwise operators took ~4 ms, the row operators' modules ~7 ms, of the
+# ~100 ms budget for import + first result), and at its first call for that module only.
+_OPERATOR_MODULES = {name: (f"ops.{module}", name.upper()) for name, module in _ops.MODULE_OF.items()}
 _ROW_OPERATORS = ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "causal_softmax",
                   "logsoftmax")
+_OPERATOR_MODULES |= {name: ("rows.ops", name.upper()) for name in _ROW_OPERATORS}
 _LAZY = {
     "RowDescriptor": ("rows", "RowDescriptor"), "RowSpec": ("rows", "RowSpec"),
     "row_operator": ("rows", "row_operator"),
     "rope": ("rows.rope", "rope"), "create_rope_descriptor": ("rows.rope", "create_rope_descriptor"),
-    **{name: ("rows.ops", name.upper()) for name in _ROW_OPERATORS},
-    **{f"create_{name}_descriptor": ("rows.ops", name.upper(), "create_descriptor")
-       for name in _ROW_OPERATORS},
+    **_OPERATOR_MODULES,
+    **{f"create_{name}_descriptor": (*where, "create_descriptor")
+       for name, where in _OPERATOR_MODULES.items()},
 }
 
 
 def __getattr__(name: str):
+    if name == "OPERATORS":
+        globals()[name] = value = {spec.name: spec for spec in _ops.ALL}  # imports them all
+        return value
     if name not in _LAZY:
         raise AttributeError(f"module 'infiniop' has no attribute {name!r}")
     import importlib
@@ -76,18 +74,14 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"OPERATORS"})
 
 __all__ = [
     "FLOATS", "INTEGERS", "NUMERIC", "SIGNED", "UNSIGNED", "ElementwiseDescriptor",
     "ElementwiseSpec", "OPERATORS", "elementwise", "empty_aligned",
-    *OPERATORS, *(f"create_{name}_descriptor" for name in OPERATORS),
-    "copy_", "create_rearrange_descriptor", "rearrange",
-    "RowDescriptor", "RowSpec", "row_operator", "rms_norm", "add_rms_norm", "layer_norm",
-    "softmax", "causal_softmax", "logsoftmax", "create_rms_norm_descriptor",
-    "create_add_rms_norm_descriptor", "create_layer_norm_descriptor", "create_softmax_descriptor",
-    "create_causal_softmax_descriptor", "create_logsoftmax_descriptor", "rope",
-    "create_rope_descriptor",
+    *_OPERATOR_MODULES, *(f"create_{name}_descriptor" for name in _OPERATOR_MODULES),
+    "copy_", "create_rearrange_descriptor", "rearrange", "RowDescriptor", "RowSpec", "row_operator",
+    "rope", "create_rope_descriptor",
     "DType", "Device", "Handle", "InfiniError", "Status", "TensorDescriptor",
     "bfloat16", "bool_", "create_handle", "create_tensor_descriptor", "float16", "float32",
     "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

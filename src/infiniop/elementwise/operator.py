@@ -82,8 +82,13 @@ def help_text(name, ops, patterns, tvars, params, doc, example) -> str:
 
 
 def _registered(name: str) -> ElementwiseOperator:
-    """A built-in or registered operator by name (unpickling this module's reference imports
-    the infiniop package first, which registers the built-ins)."""
+    """A built-in or registered operator by name (a built-in is defined when its module of
+    ``infiniop.ops`` is first imported)."""
+    if name not in REGISTRY:
+        from .. import ops
+
+        if name in ops.MODULE_OF:
+            getattr(ops, name.upper())
     return REGISTRY[name]
 
 

@@ -1,31 +1,46 @@
-"""The built-in operators. Each is a few lines of data: name, operands, dtypes, expression."""
+"""The built-in operators. Each is a few lines of data: name, operands, dtypes, expression.
 
-from .activation import (
-                         GELU,
-                         GELUTANH,
-                         HARDSWISH,
-                         HARDTANH,
-                         QUICKGELU,
-                         SIGMOID,
-                         SILU,
-                         SILU_AND_MUL,
-                         SOFTPLUS,
-                         SWIGLU,
-)
-from .arithmetic import ADD, ADDCMUL, DIV, MUL, SUB
-from .blas import AXPY, BLAS_COPY, ROT, ROTM, SCAL, SWAP
-from .clip import CLIP
-from .comparison import EQUAL
-from .extrema import MAXIMUM, MINIMUM
-from .fill import ONES, ZEROS
-from .gating import FUSED_GATED_DELTA_NET_GATING
-from .mathfn import ATANH, ERF, ERFC, ERFINV, LOG1P, LOG10, RECIPROCAL, TANH
-from .quant import PER_TENSOR_DEQUANT_INT8
-from .unary import ABS, NEG, RELU
-from .where import WHERE
+Their modules are imported on first use (PEP 562): ``from infiniop.ops import SUB`` imports
+``arithmetic`` only; ``ALL`` imports every module. ``MODULES`` says which module defines which
+operator (as ``NAME.upper()``), without importing any.
+"""
 
-ALL = [ADD, SUB, MUL, DIV, CLIP, MAXIMUM, MINIMUM, ABS, NEG, RELU, WHERE,
-       EQUAL, SWIGLU, ADDCMUL, SILU, GELU, GELUTANH, QUICKGELU, SIGMOID, TANH, HARDSWISH,
-       HARDTANH, SOFTPLUS, RECIPROCAL, LOG10, LOG1P, ATANH, ERF, ERFC, ERFINV, ONES, ZEROS,
-       SILU_AND_MUL, AXPY, SCAL, ROT, ROTM, SWAP, BLAS_COPY, FUSED_GATED_DELTA_NET_GATING,
-       PER_TENSOR_DEQUANT_INT8]
+from __future__ import annotations
+
+import importlib
+
+MODULES = {
+    "arithmetic": ("add", "sub", "mul", "div", "addcmul"),
+    "clip": ("clip",),
+    "extrema": ("maximum", "minimum"),
+    "unary": ("abs", "neg", "relu"),
+    "where": ("where",),
+    "comparison": ("equal",),
+    "activation": ("swiglu", "silu", "gelu", "gelutanh", "quickgelu", "sigmoid", "hardswish",
+                   "hardtanh", "softplus", "silu_and_mul"),
+    "mathfn": ("tanh", "reciprocal", "log10", "log1p", "atanh", "erf", "erfc", "erfinv"),
+    "fill": ("ones", "zeros"),
+    "blas": ("axpy", "scal", "rot", "rotm", "swap", "blas_copy"),
+    "gating": ("fused_gated_delta_net_gating",),
+    "quant": ("per_tensor_dequant_int8",),
+}
+MODULE_OF = {name: module for module, names in MODULES.items() for name in names}
+
+
+def _operator(name: str):
+    return getattr(importlib.import_module(f".{MODULE_OF[name]}", __name__), name.upper())
+
+
+def __getattr__(name: str):
+    if name == "ALL":
+        value = [_operator(op) for op in MODULE_OF]
+    elif name.lower() in MODULE_OF and name.isupper():
+        value = _operator(name.lower())
+    else:
+        raise AttributeError(f"module 'infiniop.ops' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"ALL"} | {name.upper() for name in MODULE_OF})

@@ -37,8 +37,10 @@ class RowOperator(RowSpec):
 
 
 def _registered(name: str) -> RowOperator:
-    """A built-in or registered row operator by name (unpickling this module's reference imports
-    the infiniop package first, which registers the built-ins)."""
+    """A built-in or registered row operator by name (the built-ins are defined on first use:
+    importing ``infiniop.rows.ops`` defines them all)."""
+    if name not in REGISTRY:
+        from . import ops  # noqa: F401
     return REGISTRY[name]
 
 

@@ -54,7 +54,7 @@ class Variant:
         if kind in ("ew", "expr"):
             op, dts, layout, pattern, ndim = args
             if kind == "ew":
-                from ... import ops  # noqa: F401  (registers the built-in operators)
+                from ...ops import ALL  # noqa: F401  (defines every built-in operator)
                 from ...elementwise.spec import REGISTRY
 
                 spec = REGISTRY[op]
@@ -149,7 +149,7 @@ _WORDS = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 
 def _ew(op: str, dt: DType, layout: str) -> Variant:
     """The variant of operator ``op`` whose first written operand has dtype ``dt``."""
-    from ... import ops  # noqa: F401
+    from ...ops import ALL  # noqa: F401  (defines every built-in operator)
     from ...elementwise.spec import REGISTRY
 
     spec = REGISTRY[op]
