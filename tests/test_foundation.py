@@ -119,6 +119,20 @@ def test_operators_are_defined_on_first_use():
         assert infiniop.OPERATORS[spec.name] is spec
     assert len(infiniop.OPERATORS) == len(infiniop.ops.MODULE_OF) == 41
 
+
+def test_builtin_operators_unpickle_by_name_in_a_fresh_process():
+    """A pickled built-in is its name; the receiving process has not defined it yet."""
+    import pickle
+    import subprocess
+    import sys
+
+    blob = pickle.dumps([infiniop.silu, infiniop.softmax, infiniop.ops.ALL[-1]])
+    code = ("import pickle, sys; ops = pickle.loads(sys.stdin.buffer.read()); "
+            "print(*[o.name for o in ops])")
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().split() == ["silu", "softmax", infiniop.ops.ALL[-1].name]
+
 # ---------------------------------------------------------------------------------------------
 # DType
 # ---------------------------------------------------------------------------------------------
