@@ -1270,6 +1270,42 @@ def test_functional_cache_hits(monkeypatch):
     assert len(calls) == 4
 
 
+def test_functional_repeated_calls_with_scalars(handle):
+    """The shortcut for a repeated call with scalar parameters (the operator's last NumPy call:
+    its scalars and descriptor fast path) gives what a fresh descriptor gives whenever anything
+    changed: the scalars' values, their types (0 is not 0.0, np.float32(2) is not 2.0), the
+    sign of a zero, shapes, dtypes, out= or not, in place."""
+    def fresh(op, x, **params):
+        d = TensorDescriptor(DType[x.dtype.name.upper().replace("FLOAT", "F")], x.shape)
+        y = np.empty_like(x)
+        getattr(infiniop, f"create_{op}_descriptor")(handle, d, d, **params).calculate(None, y, x)
+        return y
+
+    functional.clear_cache()
+    x = np.array([-0.0, 0.0, -1.0, 0.25, 2.0, np.nan, -np.inf], np.float32)
+    for lo in (-0.5, -0.5, 0.0, 0.0, -0.0, -0.0, 0, np.float32(0.0), -0.5):
+        want = fresh("hardtanh", x, min_val=lo, max_val=1.0)
+        assert_exact(infiniop.hardtanh(x, min_val=lo, max_val=1.0), want)
+        out = np.full_like(x, 7.0)
+        assert infiniop.hardtanh(x, out=out, min_val=lo, max_val=1.0) is out
+        assert_exact(out, want)
+    if os.environ.get("INFINIOP_TRITON_WORKER") != "1":  # the CPU fast path's shortcut
+        assert infiniop.hardtanh in functional._last_scalar_call
+    assert_exact(infiniop.hardtanh(x, max_val=1.0, min_val=-0.5),  # keyword order
+                 fresh("hardtanh", x, min_val=-0.5, max_val=1.0))
+    assert_exact(infiniop.hardtanh(x, min_val=-0.5), fresh("hardtanh", x, min_val=-0.5))
+    for beta in (2.0, 2.0, 3.0, np.float32(3.0), 3):
+        assert_exact(infiniop.softplus(x, beta=beta), fresh("softplus", x, beta=beta))
+    x2 = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)  # another shape, dtype, layout
+    for a in (x2, x2.astype(np.float16), x2.T, x2[:, ::2]):
+        want = fresh("softplus", np.ascontiguousarray(a), beta=3)
+        assert_exact(infiniop.softplus(a, beta=3), want)
+    xi = x2.copy()
+    assert infiniop.softplus(xi, out=xi, beta=3) is xi  # in place
+    assert_exact(xi, fresh("softplus", x2, beta=3))
+    raises(Status.BAD_PARAM, lambda: infiniop.softplus(x2, x2, beta=3))  # one operand too many
+
+
 def test_functional_cache_does_not_mix_operators_with_the_same_name():
     """Two operators sharing a name and expression but not their dtypes must not share cached
     descriptors: the second one's dtype check would be skipped. Found: the cache key is

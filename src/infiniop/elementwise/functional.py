@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from math import copysign
 
 import numpy as np
 
@@ -35,6 +36,9 @@ _handle = None
 # strides and overlaps, and anything else falls through to the keyed lookup (~3.3 -> ~1.7 us
 # for a 4K sub with out=).
 _last_call: dict = {}
+# The same for calls with scalar parameters (``hardtanh(x, min_val=-2.0, out=y)``), with the
+# scalars first: a call whose scalars are the same by :func:`_same_scalars` (4.2 -> ~1.5 us).
+_last_scalar_call: dict = {}
 # The same for GPU calls on torch tensors: (the descriptor's device fast path, the first input's
 # shape, the output's shape, dtype and device).
 _last_device_call: dict = {}
@@ -99,6 +103,18 @@ def _params_key(params: dict) -> tuple:
     return tuple(sorted((k, type(v).__name__, repr(v)) for k, v in params.items()))
 
 
+def _same_scalars(params: dict, last: dict) -> bool:
+    """The scalars are the last call's by type and value (axis=True is not axis=1, -0.0 is not
+    0.0; NaN is never the same): cheaper than comparing ``_params_key``s (0.3 vs 1.2 us)."""
+    if len(params) != len(last):
+        return False
+    for k, v in params.items():
+        lv = last.get(k, last)
+        if type(v) is not type(lv) or v != lv or (type(v) is float and copysign(1.0, v) != copysign(1.0, lv)):
+            return False
+    return True
+
+
 def _descriptor(spec, buffers, params: dict, device=None):
     """Create (or reuse) the descriptor for these operands' layouts and parameters, on the
     handle of ``device`` (None: the CPU)."""
@@ -125,6 +141,7 @@ def clear_cache() -> None:
         _cache.clear()
         _descriptors.clear()
         _last_call.clear()
+        _last_scalar_call.clear()
         _last_device_call.clear()
 
 
@@ -157,6 +174,17 @@ def call(spec, args, out=None, params=None):
                 if fast((out, *args)) == 0:
                     return out
             elif type(a0) is np.ndarray and a0.shape == shape0:
+                o = empty_aligned(shape, npdt)
+                if fast((o, *args)) == 0:
+                    return o
+    elif args:
+        last = _last_scalar_call.get(spec)
+        if last is not None and _same_scalars(params, last[0]):
+            _, fast, shape0, shape, npdt = last
+            if out is not None:
+                if fast((out, *args)) == 0:
+                    return out
+            elif type(args[0]) is np.ndarray and args[0].shape == shape0:
                 o = empty_aligned(shape, npdt)
                 if fast((o, *args)) == 0:
                     return o
@@ -213,8 +241,11 @@ def _torch_key(spec, args, out, params):
 
 def _note_last(spec, desc, args, params, shape, npdt) -> None:
     fast = desc._fast
-    if fast is not None and not params and args and type(args[0]) is np.ndarray:
-        _last_call[spec] = (fast, args[0].shape, shape, npdt)
+    if fast is not None and args and type(args[0]) is np.ndarray:
+        if params:
+            _last_scalar_call[spec] = (dict(params), fast, args[0].shape, shape, npdt)
+        else:
+            _last_call[spec] = (fast, args[0].shape, shape, npdt)
 
 
 def _numpy_key(spec, args, out, params):

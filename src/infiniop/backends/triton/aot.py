@@ -54,8 +54,8 @@ class Variant:
         if kind in ("ew", "expr"):
             op, dts, layout, pattern, ndim = args
             if kind == "ew":
-                from ...ops import ALL  # noqa: F401  (defines every built-in operator)
                 from ...elementwise.spec import REGISTRY
+                from ...ops import ALL  # noqa: F401  (defines every built-in operator)
 
                 spec = REGISTRY[op]
             else:
@@ -149,8 +149,8 @@ _WORDS = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 
 def _ew(op: str, dt: DType, layout: str) -> Variant:
     """The variant of operator ``op`` whose first written operand has dtype ``dt``."""
-    from ...ops import ALL  # noqa: F401  (defines every built-in operator)
     from ...elementwise.spec import REGISTRY
+    from ...ops import ALL  # noqa: F401  (defines every built-in operator)
 
     spec = REGISTRY[op]
     j = next(k for k, o in enumerate(spec.operands) if o.writes)
