@@ -214,3 +214,32 @@ def test_warmup_compiles_into_the_cache(tmp_path, monkeypatch, capsys):
     stored = {p.name.split(".")[1] for p in tmp_path.rglob("*.nko")
               if p.name.startswith(("ew_neg", "flat_"))}
     assert {"serial", "streamed", "parallel"} <= stored, stored
+
+
+def test_numba_cache_entries_never_share_a_data_file(tmp_path, monkeypatch):
+    """Two processes adding different signatures of one function to Numba's cache at once both
+    read the index before either writes it. Numba numbers a new entry's data file by counting
+    the index it read, so both took ``<base>.1.nbc``: the index then mapped one signature to
+    the other's machine code (found after a ``pytest -n 2`` run: a launcher's ``layout_end``
+    failed to type on that cache from then on). In infiniop's cache a data file is named by its
+    key, so an entry's file always holds that entry's data."""
+    from numba.core import caching
+
+    from infiniop.backends.cpu import jit
+
+    monkeypatch.setattr(jit, "_KERNEL_ROOT", os.path.realpath(tmp_path) + os.sep)
+    entries = caching.IndexDataCacheFile(str(tmp_path), "arrays.layout_end-11.py311", "stamp")
+    monkeypatch.setattr(entries, "_load_index", lambda: {})  # every save reads an empty index
+    written = {}
+    monkeypatch.setattr(entries, "_save_index", lambda overloads: written.update(overloads))
+    entries.save(("sig", "int32 readonly"), b"checked array code")
+    entries.save(("sig", "int32"), b"plain array code")
+    assert len(set(written.values())) == 2
+    for key, data in ((("sig", "int32 readonly"), b"checked array code"),
+                      (("sig", "int32"), b"plain array code")):
+        assert entries._load_data(written[key]) == data
+    outside = tmp_path / "elsewhere"  # other code's Numba caches keep Numba's own naming
+    monkeypatch.setattr(jit, "_KERNEL_ROOT", os.path.realpath(outside) + os.sep)
+    written.clear()
+    entries.save(("sig", "int64"), b"x")
+    assert list(written.values()) == ["arrays.layout_end-11.py311.1.nbc"]

@@ -66,6 +66,36 @@ if KernelCacheLocator not in _impl._locator_classes:
     _impl._locator_classes.insert(0, KernelCacheLocator)
 
 
+# Numba names a new entry's data file by counting the entries of the index it has just read,
+# so two processes adding different signatures of one function at once can both pick the same
+# name: the index then maps one signature to the other's machine code, and a later process
+# fails to type the call (found: a launcher's ``layout_end`` for read-only checked arrays got a
+# plain array's code after a `pytest -n 2` run; TypingError on that cache from then on). In
+# infiniop's cache the name is a digest of the entry's key instead: a key's code is never
+# written under another key's name (losing an index entry to the race costs a recompile only).
+_save_entry = caching.IndexDataCacheFile.save
+
+
+def _save_by_key(self, key, data):
+    if not (os.path.realpath(self._cache_path) + os.sep).startswith(_KERNEL_ROOT):
+        return _save_entry(self, key, data)
+    overloads = self._load_index()
+    name = overloads.get(key)
+    if name is None:
+        from hashlib import sha1
+
+        name = f"{self._index_name[:-4]}.{sha1(self._dump(key)).hexdigest()[:20]}.nbc"
+        overloads[key] = name
+        self._save_index(overloads)
+    self._save_data(name, data)
+
+
+_KERNEL_ROOT = os.path.realpath(kernel_cache.root()) + os.sep
+if not getattr(caching.IndexDataCacheFile, "_infiniop_keyed", False):
+    caching.IndexDataCacheFile.save = _save_by_key
+    caching.IndexDataCacheFile._infiniop_keyed = True
+
+
 # Object code: Numba hands a library's object code to its JIT engine and then drops it; keep a
 # copy on the library (the hooks are registered when Numba's JIT engine is created, which has
 # not happened yet unless other code compiled with Numba before infiniop did: then no copy is
