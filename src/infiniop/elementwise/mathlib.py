@@ -763,22 +763,23 @@ def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None):
     -v(lo) <= 150) and the exponent -v to -20 (above v = 20, every float32 quotient rounds as
     with exp(-20): numer / 1), so 2^n stays normal and no lane overflows; NaN stays NaN."""
     xd = m.cast(_at_least(m, x, lo), "f64")
-    w = _at_most(m, xd if v is None else v(xd), 20.0)     # exp(-w) = 2^n exp(r):
-    t = m.fma(w, -_F64_LOG2E, _F64_MAGIC)
-    r = m.fma(t - _F64_MAGIC, -_F64_LN2, -w)                # n ln2's error < 2^-45 for n < 220
-    p = m.fma(r * r, _horner(m, r, _F64_EXP_D7), r)          # exp(r) - 1
-    e = m.bitcast((m.bitcast(t, "i64") << 52) + _wrap((1023 - _F64_MAGIC_BITS) << 52, 64), "f64")
+    p, e = _exp_neg_f64(m, _at_most(m, xd if v is None else v(xd), 20.0))
     return m.cast(numer(xd) / m.fma(p, e, e + 1.0), "f32")   # 1 + 2^n (1 + p)
+
+
+def _exp_neg_f64(m, w, k=0):
+    """(p, e) with exp(-w) 2^k = e (1 + p), e = 2^(n + k), |p| < 0.42, to 2^-34 (float32 results
+    rounded once), for float64 w in [-20, 700]: a degree-7 polynomial, ln 2 as one constant
+    (n ln2's error < 2^-45 for |n| < 1100)."""
+    t = m.fma(w, -_F64_LOG2E, _F64_MAGIC)
+    r = m.fma(t - _F64_MAGIC, -_F64_LN2, -w)
+    p = m.fma(r * r, _horner(m, r, _F64_EXP_D7), r)          # exp(r) - 1
+    bits = (m.bitcast(t, "i64") << 52) + _wrap((1023 + k - _F64_MAGIC_BITS) << 52, 64)
+    return p, m.bitcast(bits, "f64")
 
 
 _F64_GELU_TANH_C1 = 2.0 * (2.0 / 3.141592653589793) ** 0.5
 _F64_GELU_TANH_C2 = 0.044715 * _F64_GELU_TANH_C1
-
-
-def _recip_f64_via_f32(m, d):
-    """1 / d for float64 d (normal as float32): a float32 division + one Newton step, ~2^-46."""
-    r = m.cast(1.0 / m.cast(d, "f32"), "f64")
-    return r * m.fma(-d, r, 2.0)
 
 
 def _erfc_large_f64(m, z):
@@ -791,9 +792,9 @@ def _erfc_scaled_f64(m, z, z2):
     """erfc(z) = exp(-z^2) v G(v - VC), v = 1/(z + 3): one division; z2 = z^2 (exact when the
     caller has it)."""
     zc = m.where(z > 11.0, m.const(11.0, "f64"), z)
-    z2 = m.where(z2 > 121.0, m.const(121.0, "f64"), z2)
-    v = _recip_f64_via_f32(m, zc + 3.0)
-    return _exp_f64_lowacc(m, -z2) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
+    p, e = _exp_neg_f64(m, m.where(z2 > 121.0, m.const(121.0, "f64"), z2))
+    v = 1.0 / (zc + 3.0)
+    return m.fma(p, e, e) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
 
 
 def erf(m, x):
@@ -942,9 +943,9 @@ def _gelu(m, x):
     if x.dtype == "f32":
         xc = m.cast(_at_least(m, x, -15.0), "f64")          # gelu rounds to -0 below
         y = _at_most(m, m.abs(xc), 15.0)                    # and to x above 5.5
-        E = _exp_f64_lowacc(m, (y * y) * -0.5)
-        v = _recip_f64_via_f32(m, m.fma(y, _F64_SQRT_HALF, 3.0))
-        q = (E * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))) * 0.5   # Phi(-|x|)
+        p, e = _exp_neg_f64(m, (y * y) * 0.5, -1)           # exp(-x^2/2) / 2 = e (1 + p)
+        v = 1.0 / m.fma(y, _F64_SQRT_HALF, 3.0)
+        q = m.fma(p, e, e) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))   # Phi(-|x|)
         # |x| < 2^-30: x Phi(x) = x/2 + x^2/sqrt(2 pi) rounds as x/2 + |x| 2^-40 does (x/2
         # may be a float32 tie: the positive tail decides), which q's error would not keep
         q = m.where(y < 2.0 ** -30, m.const(0.5 - 2.0 ** -40, "f64"), q)
