@@ -17,10 +17,10 @@ constants (:data:`_T`):
   evaluation would lose the last bit: max error <= 0.76 ulp, >= 99.6% correctly rounded
   (measured on 1M inputs per function; tests/test_mathlib.py, benchmarks/mathlib_accuracy.py).
   A subnormal result is rounded twice at most (<= 1 ulp). The error-function family (erf,
-  erfc, erfinv) takes its smooth factor from a float64 polynomial; float32 gelu, and sigmoid,
-  silu, quickgelu and gelu_tanh (a quotient by 1 + exp(-v): :func:`_over_one_plus_exp_f64`),
-  are computed in float64 and rounded once (<= 0.501 ulp, >= 99.98% correctly rounded, fewer
-  operations than the double-float steps).
+  erfc, erfinv) takes its smooth factor from a float64 polynomial; float32 gelu, tanh, and
+  sigmoid, silu, quickgelu and gelu_tanh (a quotient by 1 + exp(-v):
+  :func:`_over_one_plus_exp_f64`), are computed in float64 and rounded once (<= 0.506 ulp,
+  >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
   gelu and gelu_tanh use plain float32 versions (about half the operations, a degree-5 exp),
@@ -499,6 +499,8 @@ def softplus(m, x, beta=1.0, threshold=20.0):
 def tanh(m, x):
     if _half_result(m, x):
         return _tanh_half(m, x)
+    if x.dtype == "f32":
+        return _tanh_via_f64(m, x)
     T = _consts(x)
     b = _at_least(m, m.abs(x) * -2.0, -T.tanh_2x_max)
     t, u, ul = _expm1_core(m, b)
@@ -776,6 +778,15 @@ def _exp_neg_f64(m, w, k=0):
     p = m.fma(r * r, _horner(m, r, _F64_EXP_D7), r)          # exp(r) - 1
     bits = (m.bitcast(t, "i64") << 52) + _wrap((1023 + k - _F64_MAGIC_BITS) << 52, 64)
     return p, m.bitcast(bits, "f64")
+
+
+def _tanh_via_f64(m, x):
+    """float32 tanh in float64, rounded once: tanh|x| = -expm1(-w) / (2 + expm1(-w)), w = 2|x|
+    (limited to 40: tanh rounds to 1 above 9.01), expm1(-w) = 2^n (1 + p) - 1 with 2^n - 1
+    exact (p itself where n = 0, so small |x| keep their relative accuracy); the sign is x's."""
+    p, e = _exp_neg_f64(m, m.cast(_at_most(m, m.abs(x) * 2.0, 40.0), "f64"))  # 2|x| exact
+    em1 = m.fma(e, p, e - 1.0)                               # in (-1, 0]
+    return _copysign(m, m.cast(-em1 / (em1 + 2.0), "f32"), x)
 
 
 _F64_GELU_TANH_C1 = 2.0 * (2.0 / 3.141592653589793) ** 0.5
