@@ -154,37 +154,30 @@ def _classic(spec) -> bool:
 def call(spec, args, out=None, params=None):
     """Run ``spec`` on arrays/tensors/scalars. Scalars take the dtype the matching signature
     gives their position (the array operands decide it)."""
-    if not params and args:
+    if args:
         a0 = args[0]
-        last = _last_device_call.get(spec)
-        if last is not None and type(a0) is last[0]:  # a torch tensor, as the last GPU call
-            _, fast, shape0, like, shape, tdt, dev = last
-            if out is not None:
-                if fast((out, *args), None):
-                    return out
-            elif a0.shape == shape0:  # the GPU descriptor's own check decides; no key is built
-                o = (_torch().empty_like(a0) if like and a0.is_contiguous()
-                     else _torch().empty(shape, dtype=tdt, device=dev))
-                if fast.fresh((o, *args), None):  # o is as the descriptor's output: unchecked
-                    return o
-        last = _last_call.get(spec)
+        if not params:
+            last = _last_device_call.get(spec)
+            if last is not None and type(a0) is last[0]:  # a torch tensor, as the last GPU call
+                _, fast, shape0, like, shape, tdt, dev = last
+                if out is not None:
+                    if fast((out, *args), None):
+                        return out
+                elif a0.shape == shape0:  # the GPU descriptor's own check decides; no key
+                    o = (_torch().empty_like(a0) if like and a0.is_contiguous()
+                         else _torch().empty(shape, dtype=tdt, device=dev))
+                    if fast.fresh((o, *args), None):  # o is as the descriptor's output
+                        return o
+            last = _last_call.get(spec)
+        else:
+            last = _last_scalar_call.get(spec)
+            last = last[1] if last is not None and _same_scalars(params, last[0]) else None
         if last is not None:
             fast, shape0, shape, npdt = last
             if out is not None:
                 if fast((out, *args)) == 0:
                     return out
             elif type(a0) is np.ndarray and a0.shape == shape0:
-                o = empty_aligned(shape, npdt)
-                if fast((o, *args)) == 0:
-                    return o
-    elif args:
-        last = _last_scalar_call.get(spec)
-        if last is not None and _same_scalars(params, last[0]):
-            _, fast, shape0, shape, npdt = last
-            if out is not None:
-                if fast((out, *args)) == 0:
-                    return out
-            elif type(args[0]) is np.ndarray and args[0].shape == shape0:
                 o = empty_aligned(shape, npdt)
                 if fast((o, *args)) == 0:
                     return o
@@ -242,10 +235,11 @@ def _torch_key(spec, args, out, params):
 def _note_last(spec, desc, args, params, shape, npdt) -> None:
     fast = desc._fast
     if fast is not None and args and type(args[0]) is np.ndarray:
+        last = (fast, args[0].shape, shape, npdt)
         if params:
-            _last_scalar_call[spec] = (dict(params), fast, args[0].shape, shape, npdt)
+            _last_scalar_call[spec] = (dict(params), last)
         else:
-            _last_call[spec] = (fast, args[0].shape, shape, npdt)
+            _last_call[spec] = last
 
 
 def _numpy_key(spec, args, out, params):
