@@ -763,10 +763,22 @@ def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None):
 
     x is limited below to ``lo`` (where every quotient rounds to -0 / 0: silu(-inf) = -0;
     -v(lo) <= 150) and the exponent -v to -20 (above v = 20, every float32 quotient rounds as
-    with exp(-20): numer / 1), so 2^n stays normal and no lane overflows; NaN stays NaN."""
+    with exp(-20): numer / 1), so 2^n stays normal and no lane overflows; NaN stays NaN.
+
+    The division stays float64: :func:`_recip_f64` instead measured within noise here, and it
+    moved 13 (silu) to 227 (sigmoid) of the 2^32 results, mostly away from the correct one."""
     xd = m.cast(_at_least(m, x, lo), "f64")
     p, e = _exp_neg_f64(m, _at_most(m, xd if v is None else v(xd), 20.0))
     return m.cast(numer(xd) / m.fma(p, e, e + 1.0), "f32")   # 1 + 2^n (1 + p)
+
+
+def _recip_f64(m, d):
+    """1 / d for float64 d in float32's range, to ~2^-46: a float32 division and one Newton
+    step, cheaper than a float64 division (Zen 4 divides 16 float32 lanes in the time of 8
+    float64 ones). Where the float32 results are rounded once from it (tanh, gelu, erf, erfc),
+    it moves at most 27 of the 2^32 results (a float64 tie-break), and they were 10-14% faster."""
+    r = m.cast(1.0 / m.cast(d, "f32"), "f64")
+    return m.fma(r, m.fma(-d, r, 1.0), r)
 
 
 def _exp_neg_f64(m, w, k=0):
@@ -786,7 +798,7 @@ def _tanh_via_f64(m, x):
     exact (p itself where n = 0, so small |x| keep their relative accuracy); the sign is x's."""
     p, e = _exp_neg_f64(m, m.cast(_at_most(m, m.abs(x) * 2.0, 40.0), "f64"))  # 2|x| exact
     em1 = m.fma(e, p, e - 1.0)                               # in (-1, 0]
-    return _copysign(m, m.cast(-em1 / (em1 + 2.0), "f32"), x)
+    return _copysign(m, m.cast(-em1 * _recip_f64(m, em1 + 2.0), "f32"), x)
 
 
 _F64_GELU_TANH_C1 = 2.0 * (2.0 / 3.141592653589793) ** 0.5
@@ -804,7 +816,7 @@ def _erfc_scaled_f64(m, z, z2):
     caller has it)."""
     zc = m.where(z > 11.0, m.const(11.0, "f64"), z)
     p, e = _exp_neg_f64(m, m.where(z2 > 121.0, m.const(121.0, "f64"), z2))
-    v = 1.0 / (zc + 3.0)
+    v = _recip_f64(m, zc + 3.0)
     return m.fma(p, e, e) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
 
 
@@ -955,7 +967,7 @@ def _gelu(m, x):
         xc = m.cast(_at_least(m, x, -15.0), "f64")          # gelu rounds to -0 below
         y = _at_most(m, m.abs(xc), 15.0)                    # and to x above 5.5
         p, e = _exp_neg_f64(m, (y * y) * 0.5, -1)           # exp(-x^2/2) / 2 = e (1 + p)
-        v = 1.0 / m.fma(y, _F64_SQRT_HALF, 3.0)
+        v = _recip_f64(m, m.fma(y, _F64_SQRT_HALF, 3.0))
         q = m.fma(p, e, e) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))   # Phi(-|x|)
         # |x| < 2^-30: x Phi(x) = x/2 + x^2/sqrt(2 pi) rounds as x/2 + |x| 2^-40 does (x/2
         # may be a float32 tie: the positive tail decides), which q's error would not keep
