@@ -362,58 +362,66 @@ def swiglu(m, a, b):
         return _swiglu_f64(m, a, b)
     if _half_result(m, b) and m.result_bits > 8:          # 65504 * 40 e^-40 < 2^-25
         split, s, e, g = _swiglu_split(m, a, b, -40.0, 2.0 ** -6)
-        return m.where(split, _to_odd(m, s, e), g)
+        return m.where(split, _to_odd(m, s, e, False), g)
     ad, bd = m.cast(a, "f64"), m.cast(b, "f64")            # 2^128 * 700 e^-700 < 2^-860
     split, s, e, g = _swiglu_split(m, ad, bd, -700.0, 2.0 ** -20)
     if not _half_result(m, b):
-        return m.cast(m.where(split, _to_odd(m, s, e), g), "f32")
+        return m.cast(m.where(split, _to_odd(m, s, e, False), g), "f32")
     c = m.cast(m.where(split, s, g), "f32")                # bf16 rounds it once more: to odd
     return _to_odd(m, c, (m.where(split, s, g) - m.cast(c, "f64")) + m.where(split, e, _c(m, 0.0, s)))
 
 
 def _swiglu_split(m, a, b, lo, lim):
-    """(split, s, e, g): a silu(b) = s + e where split, else g. Split: for finite a != 0, as
-    h + l with h exact (a b has at most 48 bits in float64, 22 for fp16 inputs in float32),
-    summed exactly, for the caller to round to odd so that the one rounding after it is
-    correct: a b (or a b / 2) is often a tie of the result's type (a = 3: half of all b),
-    and only the small rest decides, below the plain evaluation's error or lost entirely
-    (e^-b below float64's precision for b > 37). Measured before, a = 3: 208,492,596
+    """(split, s, e, g): a silu(b) = s + e where split (a and b finite and not 0), else g.
+
+    Split: h + l with h exact (a b has at most 48 bits in float64, 22 for fp16 inputs in
+    float32), summed exactly (s + e = h + l), for the caller to round to odd so that the one
+    rounding after it is correct: a b (or a b / 2) is often a tie of the result's type (a = 3:
+    half of all b), and only the small rest decides, below a plain evaluation's error or lost
+    entirely (e^-b below float64's precision for b > 37). Measured before, a = 3: 208,492,596
     of the 2^32 float32 b off by one ulp (every tie below |b| ~ 2^-37), and more beyond b = 37.
+    With q = e^-|b| / (1 + e^-|b|) (|b| limited to -``lo``; at least 2^-900 in float64, so that
+    its sign survives where e^-b would flush):
     - 0 < |b| < ``lim``: silu's series, h = a b / 2, l = a b^2 / 4 - a b^4 / 48 with the
       product's rounding error (a b / 2 + a b^2 / 4 is itself a tie when b is a power of two;
       the next term, b^4 / 240 of the result, is below every rounding here);
-    - b >= lim: a b - a b e^-b / (1 + e^-b): h = a b, l = -a b q with q = e^-b / (1 + e^-b)
-      (at least 2^-900: the sign survives where float64's e^-b would flush); s + e = h + l
-      exactly (Fast2Sum);
-    - otherwise (b <= -lim, where silu is far from any product tie; zeros, infinities, NaN):
-      the plain a b / (1 + e^-b) (b <= 0: a b e^b / (1 + e^b), b limited below to ``lo``)."""
+    - b >= lim: h = a b, l = -a b q;  b <= -lim: h = 0, l = a b q (no product ties there).
+    g, for a or b zero, infinite or NaN: a b / 2 (the product's sign and specials), and
+    a * -0 below b = -745, where float64's silu rounds to -0 (inf * silu(b) is NaN there)."""
     T = _consts(b)
     t = _exp_neg_scaled(m, _at_least(m, -m.abs(b), lo))   # e^-|b|
-    r = 1.0 / (t + 1.0)
-    v = m.where(b > lo, b, m.where(b < -745.0, _c(m, -0.0, b), _c(m, lo, b)))
-    g = a * (m.where(b >= 0.0, b, v * t) * r)
-    ok = (m.abs(a) <= T.big) & (m.abs(a) > 0.0) & (m.abs(b) <= T.big)
-    small = ok & (m.abs(b) < lim) & (m.abs(b) > 0.0)
-    pos = ok & (b >= lim)
-    P = a * b
-    h = m.where(small, P * 0.5, P)
-    q = t * r if b.dtype != "f64" else _at_least(m, t * r, 2.0 ** -900)
+    q = t / (t + 1.0)                                      # sigmoid(-|b|)
+    P = a * b                     # exact: finite and not 0 exactly when a and b are
+    split = (m.abs(P) <= T.big) & (m.abs(P) > 0.0)
+    small = split & (m.abs(b) < lim)
+    pos = b > 0.0
+    h = m.where(small, P * 0.5, m.where(pos, P, _c(m, 0.0, b)))
+    if b.dtype == "f64":
+        q = _at_least(m, q, 2.0 ** -900)
     l1 = (P * 0.25) * b                                    # a b^2 / 4, rounded
     rest = m.fma(P * 0.25, b, -l1) + (l1 * (b * b)) * (-1.0 / 12.0)   # its error - a b^4 / 48
-    l = m.where(small, l1, -(P * q))
+    Pq = P * q
+    l = m.where(small, l1, m.where(pos, -Pq, Pq))
     s = h + l
-    return small | pos, s, (l - (s - h)) + m.where(small, rest, _c(m, 0.0, b)), g
+    e = (l - (s - h)) + m.where(small, rest, _c(m, 0.0, b))
+    g = m.where(b < -745.0, a * -0.0, P * 0.5)             # a = 0, +-inf or NaN; b = 0, +-inf or NaN
+    return split, s, e, g
 
 
-def _to_odd(m, s, e):
+def _to_odd(m, s, e, zero=True):
     """s + e (e exact, |e| <= ulp(s) / 2) rounded to odd: truncated toward zero and the last
     bit set when inexact, so that one more rounding to at most p - 2 bits is the correct
-    rounding of s + e (where s alone may sit on a tie of the narrower type)."""
+    rounding of s + e (where s alone may sit on a tie of the narrower type). ``zero=False``:
+    the caller knows s != 0."""
     it = "i64" if s.dtype == "f64" else "i32"
-    inward = m.where(s < 0.0, e > 0.0, (s > 0.0) & (e < 0.0))   # s + e is nearer zero than s
-    ez = e * 0.0 if e.dtype == s.dtype else m.cast(e * 0.0, s.dtype)
-    z = m.where(m.eq(s, 0.0), ez, s)                      # s = 0: zero with the sign of e
-    bits = m.bitcast(z, it) - m.where(inward, m.const(1, it), m.const(0, it))
+    if zero:                                               # s = 0: zero with the sign of e
+        ez = e * 0.0 if e.dtype == s.dtype else m.cast(e * 0.0, s.dtype)
+        s0 = m.where(m.eq(s, 0.0), ez, s)
+    else:
+        s0 = s
+    bits = m.bitcast(s0, it)
+    inward = (bits < 0) ^ (e < 0.0)                        # s + e nearer zero (when e != 0)
+    bits = bits - m.where(inward, m.const(1, it), m.const(0, it))
     return m.where(m.abs(e) > 0.0, m.bitcast(bits | m.const(1, it), s.dtype), s)
 
 
