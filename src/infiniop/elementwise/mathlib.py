@@ -360,15 +360,16 @@ def swiglu(m, a, b):
     framework's rounding to bf16 (round to nearest there would round twice)."""
     if b.dtype == "f64":
         return _swiglu_f64(m, a, b)
-    if _half_result(m, b) and m.result_bits > 8:          # 65504 * 40 e^-40 < 2^-25
-        split, s, e, g = _swiglu_split(m, a, b, -40.0, 2.0 ** -6)
+    if _half_result(m, b) and m.result_bits > 8:          # 65504^2 e^-40 < 2^-25: below
+        split, s, e, g = _swiglu_split(m, a, b, -40.0, 2.0 ** -6)  # -40 all round to 0
         return m.where(split, _to_odd(m, s, e, False), g)
     ad, bd = m.cast(a, "f64"), m.cast(b, "f64")            # 2^128 * 700 e^-700 < 2^-860
     split, s, e, g = _swiglu_split(m, ad, bd, -700.0, 2.0 ** -20)
     if not _half_result(m, b):
         return m.cast(m.where(split, _to_odd(m, s, e, False), g), "f32")
-    c = m.cast(m.where(split, s, g), "f32")                # bf16 rounds it once more: to odd
-    return _to_odd(m, c, (m.where(split, s, g) - m.cast(c, "f64")) + m.where(split, e, _c(m, 0.0, s)))
+    y = m.where(split, s, g)
+    c = m.cast(y, "f32")                                   # bf16 rounds it once more: to odd
+    return _to_odd(m, c, (y - m.cast(c, "f64")) + m.where(split, e, _c(m, 0.0, s)))
 
 
 def _swiglu_split(m, a, b, lo, lim):
