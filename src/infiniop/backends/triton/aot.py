@@ -38,6 +38,7 @@ class Variant:
     build: tuple  # how to regenerate the KernelSource in a worker: (kind, args...)
     constexprs: tuple  # ((name, value), ...)
     num_warps: int
+    ones: bool = False  # every specialisable int argument 1, as Triton passes it (a 1-element call)
 
     def program(self):
         """The traced row program of a ``rows`` variant."""
@@ -271,7 +272,23 @@ def variants(full: bool = False) -> list[Variant]:
             for layout in _LAYOUTS:
                 if (op, dt, layout) not in seen:
                     out.append(_ew(op, dt, layout))
-    return out + _expr_variants(full) + _rearrange_variants(full) + _row_variants()
+    out += _expr_variants(full) + _rearrange_variants(full) + _row_variants()
+    return out + _ones_variants(out)
+
+
+def _ones_variants(variants: list[Variant]) -> list[Variant]:
+    """Triton launches an int argument equal to 1 as the constant 1 (the interpreter does not): a
+    kernel that calls a method on one (``n.to(...)``) compiles for every shape but a length-1
+    one. Every row and rope kernel, each elementwise layout class and rearrange family once."""
+    picked, seen = [], set()
+    for v in variants:
+        family = v.name.rsplit("-", 1)[1] if v.build[0] == "ew" else v.build[0]
+        if v.build[0] in ("rows", "rope") or (v.name.startswith(("sub-float32", "copy",
+                                                                 "transpose"))
+                                              and family not in seen):
+            seen.add(family)
+            picked.append(replace(v, name=f"{v.name}-ones", ones=True))
+    return picked
 
 
 # ---------------------------------------------------------------------------------- compile
@@ -300,7 +317,8 @@ def _ast_source(fn, ks: codegen.KernelSource, constexprs: dict):
         # pointers 16-byte aligned (as torch allocates them) and sizes multiples of 16: what
         # Triton's specialisation sees for large tensors, i.e. the vectorised code path
         aligned = list(range(len(ks.pointers))) + [
-            len(ks.pointers) + k for k, name in enumerate(ks.scalars) if name in ("n", "inner")]
+            len(ks.pointers) + k for k, name in enumerate(ks.scalars)
+            if name in ("n", "inner") and name not in constexprs]
         attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
         return ASTSource(fn, signature=sig, constexprs=dict(constexprs), attrs=attrs)
     sig = {i: t for i, t in enumerate(types)}
@@ -313,7 +331,11 @@ def compile_variant(v: Variant, target: str) -> dict:
     t0 = time.perf_counter()
     ks = v.source()
     fn = codegen.load(ks)
-    src = _ast_source(fn, ks, dict(v.constexprs))
+    constexprs = dict(v.constexprs)
+    if v.ones:
+        constexprs.update({q.name: 1 for q in fn.params
+                           if q.name in ks.scalars and not q.do_not_specialize})
+    src = _ast_source(fn, ks, constexprs)
     k = triton.compile(src, target=_target(target),
                        options={"num_warps": v.num_warps, "enable_fp_fusion": False})
     asm = k.asm

@@ -65,6 +65,8 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
     e("    tile = tl.program_id(0).to(tl.int64)")
     e("    lr = tl.arange(0, BR).to(tl.int64)")
     e(f"    ll = tl.arange(0, {lanes}).to(tl.int64)")
+    # m.n as a value: Triton passes an int argument equal to 1 as a constant (no .to() there)
+    e("    nv = tl.zeros([], tl.int64) + n")
     for line in pdecode:
         e(f"    {line}")
     for k, t in enumerate(p.params):  # a float32 parameter as a tensor (the interpreter passes a
@@ -104,7 +106,7 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
 
     def names(stat: str) -> list[str]:
         return ([f"x{k}" for k in range(p.nelem)] + [stat.format(k=k) for k in range(len(reds))]
-                + ["n", "NO_CACHE"])
+                + ["nv", "NO_CACHE"])
 
     def render(roots, nm, prefix):
         lines, outs = render_body(roots, nm, pvalues)
