@@ -75,6 +75,7 @@ def test_flat_block_gives_a_thread_16_bytes_of_its_widest_dense_operand():
     from infiniop.backends.triton.elementwise import flat_block
     from infiniop.dtype import DType
     from infiniop.elementwise.spec import REGISTRY
+    from infiniop.ops import ALL  # noqa: F401  (defines every built-in: they load on first use)
 
     nv = vendors.VENDORS[Device.NVIDIA]
 
