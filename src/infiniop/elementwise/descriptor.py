@@ -44,11 +44,8 @@ class ElementwiseDescriptor(OperandsDescriptor):
         launcher = getattr(self._kernel, "array_launcher", None)
         self._fast = None if launcher is None or self._empty else _fast_path(
             self._kernel, info, ops)
-        self._fast_device = None
-        if handle.backend.MEMORY_KIND == "cuda" and not self._empty:
-            self._fast_device = _device_fast_path(self._kernel.launch_pointers, info, ops,
-                                                  handle.device_id,
-                                                  getattr(self._kernel, "fast_launcher", None))
+        self._fast_device = None if self._empty else device_fast_path(handle, self._kernel,
+                                                                      info, ops)
 
     @property
     def params(self) -> dict:
@@ -118,6 +115,15 @@ def _fast_path(kernel, info, ops):
     env.update({f"d{j}": d.dtype.numpy for j, d in enumerate(info.descs) if d is not None})
     exec(src, env)
     return env["fast"]
+
+
+def device_fast_path(handle, kernel, info, ops):
+    """A descriptor's ``_device_fast_path`` where its backend's buffers are device memory (the
+    Triton backend on a GPU; None elsewhere). Elementwise, row and rope descriptors share it."""
+    if handle.backend.MEMORY_KIND != "cuda" or kernel is None:
+        return None
+    return _device_fast_path(kernel.launch_pointers, info, ops, handle.device_id,
+                             getattr(kernel, "fast_launcher", None))
 
 
 def _device_fast_path(launch, info, ops, device_id: int, fast_launcher=None):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..descriptor import MISSING, OperandsDescriptor, check_descriptor, check_handle
-from ..elementwise.descriptor import _fast_path
+from ..elementwise.descriptor import _fast_path, device_fast_path
 from ..status import InfiniError, Status
 from .plan import plan
 
@@ -44,6 +44,7 @@ class RowDescriptor(OperandsDescriptor):
         self._kernel = None if info.empty else handle.backend.row_kernel(info, handle=handle)
         launcher = getattr(self._kernel, "array_launcher", None)
         self._fast = None if launcher is None else _fast_path(self._kernel, info, ops)
+        self._fast_device = device_fast_path(handle, self._kernel, info, ops)
 
     @property
     def params(self) -> dict:
@@ -57,6 +58,9 @@ class RowDescriptor(OperandsDescriptor):
         fast = self._fast
         if fast is not None and fast(buffers) == 0:
             return
+        fast = self._fast_device
+        if fast is not None and workspace is None and fast(buffers, stream):
+            return
         if not self._alive:
             self._check_alive()
         self._check_arguments(workspace, buffers)
@@ -66,5 +70,5 @@ class RowDescriptor(OperandsDescriptor):
                                          stream=stream)
 
     def destroy(self) -> None:
-        self._fast = None
+        self._fast = self._fast_device = None
         super().destroy()

@@ -173,12 +173,13 @@ class RopeDescriptor(OperatorDescriptor):
         self.info = info = plan(checked, algo)
         self._kernel = None if info.numel == 0 else handle.backend.rope_kernel(info, handle=handle)
         self._host_check = getattr(self._kernel, "checks_positions", True) is False
+        from ..elementwise.descriptor import _fast_path, device_fast_path
+
         launcher = getattr(self._kernel, "array_launcher", None)
         self._fast = None
         if launcher is not None:
-            from ..elementwise.descriptor import _fast_path
-
             self._fast = _fast_path(self._kernel, _FastInfo(info), _OPERANDS)
+        self._fast_device = device_fast_path(handle, self._kernel, info, _OPERANDS)
 
     def calculate(self, workspace=MISSING, *buffers, stream=None) -> None:
         fast = self._fast
@@ -188,6 +189,9 @@ class RopeDescriptor(OperatorDescriptor):
                 return
             if code == 1000:
                 raise _position_error(self.info)
+        fast = self._fast_device  # every operand on the device (host positions: checked below)
+        if fast is not None and workspace is None and fast(buffers, stream):
+            return
         if not self._alive:
             self._check_alive()
         if workspace is MISSING or len(buffers) != 5:
@@ -211,7 +215,7 @@ class RopeDescriptor(OperatorDescriptor):
             raise _position_error(self.info)
 
     def destroy(self) -> None:
-        self._fast = None
+        self._fast = self._fast_device = None
         super().destroy()
 
 

@@ -69,6 +69,12 @@ class Launch:
                 [*self._extra, *self.scalars, *self.constexprs.values()], device_id)
             self.launch = self._launch_direct
 
+    def fast_launcher(self, order):
+        """``go(addresses, stream) -> bool`` for addresses in the caller's order (``order[j]``:
+        the index of the kernel's j-th pointer): the direct launch without the per-call list
+        building, or None where launches go through the JIT."""
+        return None if self._direct is None else self._direct.fast(order)
+
     def _launch_direct(self, addresses, stream=None) -> None:
         if self._direct.launch(addresses, stream):
             return
@@ -187,7 +193,5 @@ class ElementwiseKernel:
             self.launch.launch([addresses[o] for o in self._slot_operand], stream)
 
     def fast_launcher(self):
-        """``go(addresses, stream) -> bool`` (user-order addresses): the direct launch without
-        the per-call list building, or None where launches go through the JIT."""
-        direct = getattr(self.launch, "_direct", None)
-        return None if direct is None else direct.fast(self._slot_operand)
+        """Launch.fast_launcher for user-order addresses."""
+        return self.launch.fast_launcher(self._slot_operand)

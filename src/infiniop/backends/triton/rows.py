@@ -245,3 +245,7 @@ class RowKernel:
 
     def launch_pointers(self, addresses, stream=None) -> None:
         self.launch.launch([addresses[o] for o in self._slot_operand], stream)
+
+    def fast_launcher(self):
+        """Launch.fast_launcher for user-order addresses."""
+        return self.launch.fast_launcher(self._slot_operand)
