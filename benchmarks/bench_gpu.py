@@ -133,19 +133,20 @@ def activation_rows(side: int):
     CPU-identical math against torch's own kernels (which allocate their output)."""
     import torch.nn.functional as F
 
-    def act(op, tfn):
+    def act(op, tfn, arity=1):
         def make(dev, dt, shape):
-            x = (4 * torch.randn(shape, device=dev)).to(dt)
-            y = torch.empty_like(x)
-            d = getattr(infiniop, f"create_{op}_descriptor")(H, _td(y), _td(x))
-            nbytes = 2 * x.numel() * x.element_size()
-            return (lambda: (d.calculate(None, y, x), y)[1]), (lambda: tfn(x)), nbytes
+            xs = [(4 * torch.randn(shape, device=dev)).to(dt) for _ in range(arity)]
+            y = torch.empty_like(xs[0])
+            d = getattr(infiniop, f"create_{op}_descriptor")(H, _td(y), *map(_td, xs))
+            nbytes = (arity + 1) * y.numel() * y.element_size()
+            return (lambda: (d.calculate(None, y, *xs), y)[1]), (lambda: tfn(*xs)), nbytes
         return make
 
     shape = (side // 2, side)
-    return [(op, dt, shape, "contiguous", act(op, tfn))
-            for op, tfn in (("silu", F.silu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh),
-                            ("gelu", F.gelu))
+    return [(op, dt, shape, "contiguous", act(op, tfn, arity))
+            for op, tfn, arity in (("silu", F.silu, 1), ("sigmoid", torch.sigmoid, 1),
+                                   ("tanh", torch.tanh, 1), ("gelu", F.gelu, 1),
+                                   ("swiglu", lambda a, b: a * F.silu(b), 2))
             for dt in (torch.float32, torch.float16, torch.bfloat16)]
 
 

@@ -163,9 +163,9 @@ def test_gpu_benchmark_script_runs(tmp_path):
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     got = json.loads(out.read_text())
     rows = got["rows"]
-    assert {r["op"] for r in rows} == {"sub", "clip", "rearrange", "silu", "sigmoid", "tanh", "gelu",
-                                           "rms_norm", "softmax", "causal_softmax", "logsoftmax",
-                                           "add_rms_norm", "layer_norm", "rope"}
+    assert {r["op"] for r in rows} == {"sub", "clip", "rearrange", "silu", "sigmoid", "tanh",
+                                       "gelu", "swiglu", "rms_norm", "softmax", "causal_softmax",
+                                       "logsoftmax", "add_rms_norm", "layer_norm", "rope"}
     assert got["per_call_4k"]["ours"] > 0 and got["per_call_4k"]["torch"] > 0
     assert all(r["ours_us"] > 0 and r["torch_us"] > 0 and r["pct_same_size_copy"] > 0
                for r in rows)
