@@ -17,6 +17,7 @@ import functools
 import os
 import zlib
 from dataclasses import dataclass
+from fractions import Fraction
 from math import prod
 
 import ml_dtypes
@@ -1190,6 +1191,49 @@ def _axpby_ref(x, y, z, ct):
     x, y, z = (v.astype(ct) for v in (x, y, z))
     with np.errstate(all="ignore"):
         return np.where(x > y, ct(2) * x + z, np.abs(y) - ct(1.5))
+
+
+NUDGED = infiniop.elementwise(  # a float64 value just off a product of two half values
+    "test_nudged_product", ("x", "y", "z"), infiniop.FLOATS,
+    lambda m, x, y, z: m.cast(x, "f64") * m.cast(y, "f64") + m.cast(z, "f64") * 2.0 ** -40,
+    register=False)
+
+
+def _rounded_once(v, bits: int) -> float:
+    """The exact rational ``v`` (0.5 < v < 8) to ``bits`` significant bits, ties to even."""
+    e = 0
+    while v >= 2 ** (e + 1):
+        e += 1
+    while v < 2 ** e:
+        e -= 1
+    ulp = Fraction(2) ** (e - bits + 1)
+    q, r = divmod(v, ulp)
+    if 2 * r > ulp or (2 * r == ulp and q % 2):
+        q += 1
+    return float(q * ulp)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+def test_half_results_of_float64_values_are_rounded_once(handle, dtype):
+    """A float64 result stored to fp16/bf16 is rounded once. x y is often exactly a midpoint of
+    the half type; x y +- 2^-40 then rounds away from it, but float32 in between (the store did
+    float64 -> float32 -> half) lands on the midpoint and rounds to even: wrong for half of them,
+    and on the GPU f64 -> fp16 was one rounding, so the backends differed."""
+    nt = np.float16 if dtype is F16 else ml_dtypes.bfloat16
+    every = np.arange(1.0, 2.0, 2.0 ** -(10 if dtype is F16 else 7))   # every value in [1, 2)
+    rng = np.random.default_rng(5)
+    x = np.repeat(rng.choice(every, 48), every.size).astype(nt)
+    y = np.tile(every, 48).astype(nt)
+    z = np.where(np.arange(x.size) % 3 == 0, 1.0, -1.0).astype(nt)
+    z[2::3] = 0.0                                                         # exact products too
+    out = np.empty_like(x)
+    d = NUDGED.create_descriptor(handle, *(TensorDescriptor.from_array(t) for t in (out, x, y, z)))
+    d.calculate(None, out, x, y, z)
+    bits = 11 if dtype is F16 else 8
+    want = np.array([_rounded_once(Fraction(float(a)) * Fraction(float(b))
+                                   + Fraction(int(c)) / 2 ** 40, bits)
+                     for a, b, c in zip(x, y, z)]).astype(nt)   # exact in the half type
+    assert_exact(out, want)
 
 
 @pytest.mark.parametrize("dtype", [F32, F16], ids=str)

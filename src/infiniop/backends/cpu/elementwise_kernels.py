@@ -301,7 +301,7 @@ import numpy as np
 from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
-    bitcast, prefer_512_bit_vectors, prefetch, prefetch_l2, stack_scratch, pointer_address,
+    f64_to_f32_odd, bitcast, prefer_512_bit_vectors, prefetch, prefetch_l2, stack_scratch, pointer_address,
     opaque, canonical)
 from infiniop.backends.cpu.transpose import tile_transpose, tile_transpose_256
 from infiniop.backends.cpu.arrays import layout_end
@@ -397,9 +397,11 @@ def _load(dtype: DType, src: str) -> str:
 
 
 def _store(dtype: DType, value: str, t: str) -> str:
-    """``value`` (compute type ``t``) converted to ``dtype``'s storage."""
+    """``value`` (compute type ``t``) converted to ``dtype``'s storage. fp16/bf16 from anything
+    but float32 go through float64 and float32 rounded to odd: one rounding in all (from
+    float32 by round to nearest would be a second one)."""
     if dtype in (DType.F16, DType.BF16):
-        v = value if t == "f32" else f"np.float32({value})"
+        v = value if t == "f32" else f"f64_to_f32_odd(np.float64({value}))"
         return f"{'f32_to_f16' if dtype is DType.F16 else 'f32_to_bf16'}({v})"
     if dtype is DType.BOOL:
         return f"np.uint8({value})" if t == "bool" else f"np.uint8({value} != 0)"

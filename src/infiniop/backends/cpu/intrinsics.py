@@ -15,6 +15,8 @@
   allocated once per call of the function compiled (in its entry block), not per loop trip.
 - ``f16_to_f32(u16)`` / ``f32_to_f16(f32)``: IEEE half conversions through LLVM's ``half`` type
   (F16C ``vcvtph2ps``/``vcvtps2ph``): exact, round-to-nearest-even, NaN stays NaN;
+  ``f64_to_f32_odd(f64)``: float64 -> float32 rounded to odd, so that the rounding to fp16/bf16
+  after it is the one correct rounding of the float64 value (not two in a row);
   ``canonical(x)`` and ``opaque(x)`` keep LLVM from narrowing comparisons of converted values.
 - ``call_kernel(address, (args...))``: calls the compiled function at ``address`` (Numba's
   calling convention, an int64 result; ``native.Kernel.address``): the array launchers reach
@@ -172,6 +174,31 @@ def f32_to_bf16(typingctx, value):
         is_nan = builder.fcmp_unordered("uno", x, x)
         r = builder.select(is_nan, quiet_nan, rounded)
         return builder.trunc(r, ir.IntType(16))
+
+    return sig, codegen
+
+
+@intrinsic
+def f64_to_f32_odd(typingctx, value):
+    """float64 -> float32 rounded to odd: round to nearest, then an inexact even result steps to
+    its odd neighbour towards the value. A second rounding to a type of at most 22 bits (fp16:
+    11, bf16: 8) is then exactly the correct rounding of the float64 value; NaN and infinities
+    pass as ``fptrunc`` gives them, a finite value beyond float32 becomes its largest finite."""
+    sig = types.float32(value)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        v = context.cast(builder, args[0], signature.args[0], types.float64)
+        f = builder.fptrunc(v, ir.FloatType())
+        fd = builder.fpext(f, ir.DoubleType())
+        b = builder.bitcast(f, i32)
+        zero = ir.Constant(ir.DoubleType(), 0.0)
+        up = builder.xor(builder.fcmp_ordered(">", v, fd), builder.fcmp_ordered("<", v, zero))
+        step = builder.select(up, ir.Constant(i32, 1), ir.Constant(i32, -1))
+        even = builder.icmp_unsigned("==", builder.and_(b, ir.Constant(i32, 1)),
+                                     ir.Constant(i32, 0))
+        fix = builder.and_(builder.fcmp_ordered("one", v, fd), even)  # "one": false for NaN
+        return builder.bitcast(builder.select(fix, builder.add(b, step), b), ir.FloatType())
 
     return sig, codegen
 

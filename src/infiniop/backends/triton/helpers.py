@@ -33,6 +33,17 @@ def f32_to_bf16(x):
 
 
 @triton.jit
+def f64_to_f32_odd(v):
+    """float64 -> float32 rounded to odd (the CPU's ``intrinsics.f64_to_f32_odd``): the rounding
+    to fp16/bf16 after it is then the one correct rounding of the float64 value."""
+    f = v.to(tl.float32)
+    fd = f.to(tl.float64)
+    b = f.to(tl.uint32, bitcast=True)
+    odd = tl.where((v > fd) != (v < 0.0), b + 1, b - 1)
+    return tl.where((v != fd) & (v == v) & ((b & 1) == 0), odd, b).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def minimum(a, b):
     """NumPy's minimum: NaN wins, else the smaller; on ties the second operand (as the CPU)."""
     return tl.where((a < b) | (a != a), a, b)
