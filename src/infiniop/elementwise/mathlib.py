@@ -409,6 +409,17 @@ def _swiglu_split(m, a, b, lo, lim):
     return split, s, e, g
 
 
+def _f32_result(m, v, x, once):
+    """The result of float32 ``x`` from its float64 value ``v``: rounded to float32, or, with
+    ``once`` (an operator's whole result) where the framework rounds to fp16/bf16, ``v`` itself:
+    the store rounds a float64 value once (through float32 rounded to odd). Rounding to nearest
+    in float32 first is a second rounding: fp16 erfc(-0.000433) came out 1 where 1 + 2^-10 is
+    right (the value a hair above the midpoint 1 + 2^-11, rounded onto it in float32). Rounded
+    to odd inside the expression instead, the longer body changed the CPU's loop fission and
+    cost 1.3-1.9x (quickgelu, erf fp16 8M)."""
+    return v if once and _half_result(m, x) else m.cast(v, "f32")
+
+
 def _to_odd(m, s, e, zero=True):
     """s + e (e exact, |e| <= ulp(s) / 2) rounded to odd: truncated toward zero and the last
     bit set when inexact, so that one more rounding to at most p - 2 bits is the correct
@@ -807,7 +818,7 @@ def _exp_f64_lowacc(m, x):
     return p * m.bitcast(bits, "f64")
 
 
-def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None):
+def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None, once=False):
     """numer(x) / (1 + exp(-v(x))) for float32 x (v(x) = x unless given), in float64 and
     rounded once: ~2^-34 before that rounding (the exp polynomial), so float32 results are
     correctly rounded but for ~0.1% within that of a tie, subnormal ones included; half the
@@ -822,7 +833,7 @@ def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None):
     moved 13 (silu) to 227 (sigmoid) of the 2^32 results, mostly away from the correct one."""
     xd = m.cast(_at_least(m, x, lo), "f64")
     p, e = _exp_neg_f64(m, _at_most(m, xd if v is None else v(xd), 20.0))
-    return m.cast(numer(xd) / m.fma(p, e, e + 1.0), "f32")   # 1 + 2^n (1 + p)
+    return _f32_result(m, numer(xd) / m.fma(p, e, e + 1.0), x, once)   # 1 + 2^n (1 + p)
 
 
 def _recip_f64(m, d):
@@ -873,24 +884,26 @@ def _erfc_scaled_f64(m, z, z2):
     return m.fma(p, e, e) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
 
 
-def erf(m, x):
+def erf(m, x, once=False):
+    """``once``: see :func:`_f32_result` (the erf operator's)."""
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
         ax = m.abs(xd)
         small = xd * _horner(m, xd * xd, _F64_ERF_SMALL)
         large = _copysign(m, 1.0 - _erfc_large_f64(m, ax), xd)
-        return m.cast(m.where(ax < 0.75, small, large), "f32")
+        return _f32_result(m, m.where(ax < 0.75, small, large), x, once)
     return _erf_f64(m, x)
 
 
-def erfc(m, x):
+def erfc(m, x, once=False):
+    """``once``: see :func:`_f32_result` (the erfc operator's)."""
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
         ax = m.abs(xd)
         small = 1.0 - xd * _horner(m, xd * xd, _F64_ERF_SMALL)
         q = _erfc_large_f64(m, ax)
         large = m.where(xd > 0.0, q, 2.0 - q)
-        return m.cast(m.where(ax < 0.75, small, large), "f32")
+        return _f32_result(m, m.where(ax < 0.75, small, large), x, once)
     return _erfc_f64(m, x)
 
 
@@ -1142,9 +1155,11 @@ def silu(m, x):
     return _keep_zero(m, x, _silu(m, x))
 
 
-def quickgelu(m, x):
+def quickgelu(m, x, once=False):
+    """``once``: see :func:`_f32_result` (the quickgelu operator's)."""
     if x.dtype == "f32":                                   # 1.702 x in float64: 2^-52
-        return _over_one_plus_exp_f64(m, x, lambda xd: xd, -88.0, lambda xd: xd * 1.702)  # -150/1.702
+        return _over_one_plus_exp_f64(m, x, lambda xd: xd, -88.0, lambda xd: xd * 1.702,  # -150/1.702
+                                      once)
     return _keep_zero(m, x, _quickgelu(m, x))
 
 
