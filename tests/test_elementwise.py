@@ -1199,6 +1199,19 @@ NUDGED = infiniop.elementwise(  # a float64 value just off a product of two half
     register=False)
 
 
+def _heavy_nudged(m, x, y, z):
+    """NUDGED's value through enough exact no-op nodes that a large call stages its output
+    (elementwise_kernels.STAGE_MIN_NODES): bf16 then goes through a float32 scratch."""
+    v = m.cast(x, "f64") * m.cast(y, "f64") + m.cast(z, "f64") * 2.0 ** -40
+    for _ in range(6):
+        v = m.where(m.abs(v) < 1e300, v, v)
+    return v
+
+
+HEAVY_NUDGED = infiniop.elementwise("test_heavy_nudged_product", ("x", "y", "z"),
+                                    infiniop.FLOATS, _heavy_nudged, register=False)
+
+
 def _rounded_once(v, bits: int) -> float:
     """The exact rational ``v`` (0.5 < v < 8) to ``bits`` significant bits, ties to even."""
     e = 0
@@ -1234,6 +1247,14 @@ def test_half_results_of_float64_values_are_rounded_once(handle, dtype):
                                    + Fraction(int(c)) / 2 ** 40, bits)
                      for a, b, c in zip(x, y, z)]).astype(nt)   # exact in the half type
     assert_exact(out, want)
+    # a call large enough to stream its stores (bf16 staged through float32), the same values
+    reps = -(-(3 << 23) // (8 * x.size))            # 3 inputs + 1 output of 2 bytes: >= 48 MiB
+    big = [np.tile(t, reps) for t in (x, y, z)]
+    out = np.empty_like(big[0])
+    for op in (NUDGED, HEAVY_NUDGED):
+        d = op.create_descriptor(handle, *(TensorDescriptor.from_array(t) for t in (out, *big)))
+        d.calculate(None, out, *big)
+        assert_exact(out, np.tile(want, reps))
 
 
 @pytest.mark.parametrize("dtype", [F32, F16], ids=str)

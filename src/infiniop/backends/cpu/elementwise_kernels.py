@@ -635,8 +635,8 @@ class _Gen:
         self.emit(f"{ind}for i in range(cw * {k}):")
         values = self.compute(ind + "    ", ptr, f"c * {k} + i", raw=True, given=given)
         for j, (v, t) in zip(self.written, values):
-            if j in wide:
-                v = v if t == "f32" else f"np.float32({v})"
+            if j in wide:  # staged as float32: rounded to odd unless it is one (see _store)
+                v = v if t == "f32" else f"f64_to_f32_odd(np.float64({v}))"
             else:
                 v = _store(self.slots[j].dtype, v, t)
             self.emit(f"{ind}    sp{j}[i] = {v}")
