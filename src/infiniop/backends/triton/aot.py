@@ -280,15 +280,13 @@ def _ones_variants(variants: list[Variant]) -> list[Variant]:
     """Triton launches an int argument equal to 1 as the constant 1 (the interpreter does not): a
     kernel that calls a method on one (``n.to(...)``) compiles for every shape but a length-1
     one. Every row and rope kernel, each elementwise layout class and rearrange family once."""
-    picked, seen = [], set()
+    picked = [v for v in variants
+              if v.build[0] in ("rows", "rope") or v.name.startswith("sub-float32-")]
+    first = {}
     for v in variants:
-        family = v.name.rsplit("-", 1)[1] if v.build[0] == "ew" else v.build[0]
-        if v.build[0] in ("rows", "rope") or (v.name.startswith(("sub-float32", "copy",
-                                                                 "transpose"))
-                                              and family not in seen):
-            seen.add(family)
-            picked.append(replace(v, name=f"{v.name}-ones", ones=True))
-    return picked
+        if v.build[0] in ("copy", "transpose"):
+            first.setdefault(v.build[0], v)
+    return [replace(v, name=f"{v.name}-ones", ones=True) for v in picked + list(first.values())]
 
 
 # ---------------------------------------------------------------------------------- compile
