@@ -1,5 +1,6 @@
-"""Issue 13's elementwise rows through `infiniop bench`, with a C probe of the same access
-pattern timed in the same rounds (column "probe %ceil").
+"""Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm prefill, through
+`infiniop bench`, with a C probe of the same access pattern timed in the same rounds (column
+"probe %ceil"; bf16 rms_norm adds "probe.hw %ceil", the hardware's bf16 rounding).
 
     PYTHONPATH=src python benchmarks/bench_elementwise_probe.py [--rows sub-f16,transposed]
         [--rounds 5] [--json out.jsonl]
@@ -22,12 +23,13 @@ import tempfile
 import numpy as np
 
 from infiniop.bench import run
-from infiniop.bench.suite import Case, _elementwise
+from infiniop.bench.suite import ROW_TOLERANCE, Case, _agreeing, _elementwise, _rearrange, _rows
 from infiniop.memory import empty_aligned
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 1 << 25
 SQUARE = 1 << 24
+PREFILL = (2048, 4096)
 
 # name -> (op, dtype, layout, size, probe function)
 ROWS = {
@@ -37,13 +39,17 @@ ROWS = {
     "clip-f32": ("clip", "float32", "contiguous", N, "clip_f32"),
     "rowbcast": ("sub", "float32", "numpy_bcast", SQUARE, "sub_rowbcast_f32"),
     "transposed": ("sub", "float32", "transposed", SQUARE, "sub_transposed_f32"),
+    "transpose2d": ("rearrange", "float32", "transpose2d", SQUARE, "transpose_f32"),
+    "rms-f32": ("rms_norm", "float32", "prefill", PREFILL, "rms_norm_f32"),
+    "rms-f16": ("rms_norm", "float16", "prefill", PREFILL, "rms_norm_f16"),
+    "rms-bf16": ("rms_norm", "bfloat16", "prefill", PREFILL, "rms_norm_bf16"),
 }
 
 
 def build_probe(threads: int) -> ctypes.CDLL:
     out = os.path.join(tempfile.mkdtemp(prefix="infiniop-probe-"), "probe.so")
     subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-                    os.path.join(HERE, "probe_elementwise.c"), "-o", out], check=True)
+                    os.path.join(HERE, "probe_elementwise.c"), "-o", out, "-lm"], check=True)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     return ctypes.CDLL(out)
@@ -60,9 +66,26 @@ def with_probe(case: Case, lib, fname: str) -> Case:
         prep = inner()
         ins = prep.inputs
         a = ins[0]
-        out = empty_aligned(case.shape, a.dtype)
+        out = empty_aligned(a.shape[::-1] if case.op == "rearrange" else a.shape, a.dtype)
         fn = getattr(lib, fname)
-        if case.layout == "contiguous" and case.op == "clip":
+        result = lambda: out  # noqa: E731
+        extra = {}  # more implementations: name -> (call, result)
+        if case.op == "rearrange":  # out holds src.T contiguously, as ours does
+            args = (_ptr(out), _ptr(a), ctypes.c_long(a.shape[0]), ctypes.c_long(a.shape[1]))
+        elif case.op == "rms_norm":
+            rows, n = a.shape
+            args = (_ptr(out), _ptr(a), _ptr(ins[1]), ctypes.c_long(rows), ctypes.c_long(n),
+                    ctypes.c_float(1e-5))
+            if case.dtype == "bfloat16":
+                hw = empty_aligned(a.shape, a.dtype)
+                extra["probe.hw"] = (lambda: fn(_ptr(hw), *args[1:], 1), hw)
+                args = args + (0,)
+            # the sum of squares in another order: agreeing within the rows' tolerance
+            tol = ROW_TOLERANCE[case.dtype]
+            result = _agreeing(prep.results["infiniop"], lambda: out, tol)
+            extra = {k: (f, _agreeing(prep.results["infiniop"], lambda o=o: o, tol))
+                     for k, (f, o) in extra.items()}
+        elif case.layout == "contiguous" and case.op == "clip":
             lo, hi = (ctypes.c_float(float(x.reshape(-1)[0])) for x in ins[1:])
             args = (_ptr(out), _ptr(a), lo, hi, ctypes.c_long(a.size))
         elif case.layout == "contiguous":
@@ -71,7 +94,9 @@ def with_probe(case: Case, lib, fname: str) -> Case:
             rows, cols = case.shape
             args = (_ptr(out), _ptr(a), _ptr(ins[1]), ctypes.c_long(rows), ctypes.c_long(cols))
         prep.impls["probe"] = lambda: fn(*args)
-        prep.results["probe"] = lambda: out
+        prep.results["probe"] = result
+        for k, (f, r) in extra.items():
+            prep.impls[k], prep.results[k] = f, r
         return prep
 
     return Case(case.op, case.dtype, case.layout, case.shape, build)
@@ -93,7 +118,11 @@ def main(argv=None) -> int:
     cases = []
     for name in args.rows.split(","):
         op, dtype, layout, size, fname = ROWS[name]
-        cases.append(with_probe(_elementwise(op, dtype, layout, size, threads), lib, fname))
+        make = {"rearrange": _rearrange, "rms_norm": _rows}.get(op)
+        case = (make(dtype, layout, size, threads) if op == "rearrange"
+                else make(op, dtype, layout, size, threads) if make else
+                _elementwise(op, dtype, layout, size, threads))
+        cases.append(with_probe(case, lib, fname))
     records = run(cases=cases, rounds=args.rounds, json_path=args.json)
     return 1 if any("error" in r for r in records[1:]) else 0
 

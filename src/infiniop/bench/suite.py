@@ -245,7 +245,7 @@ def _rearrange(dtype: str, layout: str, size: int, threads: int) -> Case:
                 tview = tsrc.permute(*perm)
                 impls["torch"] = lambda: tdst.copy_(tview)
         results = {k: (lambda k=k: np.asarray(outs[k])) for k in impls}
-        return Prepared(impls, results, 2 * src.size * src.itemsize)
+        return Prepared(impls, results, 2 * src.size * src.itemsize, inputs=(src,))
 
     return Case("rearrange", dtype, layout, shape, build)
 
@@ -352,7 +352,7 @@ def _rows(op: str, dtype: str, layout: str, shape: tuple[int, ...], threads: int
             impls["torch"] = lambda: got.__setitem__("y", fn())
             results["torch"] = _agreeing(results["infiniop"], lambda: got["y"], ROW_TOLERANCE[dtype])
         streams = 2 if op == "add_rms_norm" else 1
-        return Prepared(impls, results, nbytes, streams)
+        return Prepared(impls, results, nbytes, streams, inputs=ins)
 
     return Case(op, dtype, layout, shape, build)
 
