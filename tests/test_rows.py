@@ -529,6 +529,31 @@ def test_streamed_rows_prefetch_the_next_row(handle, dtype, fn):
     d.destroy()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dtype):
+    """softmax asks for the next row's lines in its exp pass (its heaviest), not in the output
+    pass, in blocks of a lane chunk: the same bits as the unstreamed kernel, ragged rows too."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+
+    x = np.empty((4, 4096), dtype)
+    d = infiniop.create_softmax_descriptor(handle, *(TensorDescriptor.from_array(a) for a in (x, x)))
+    info = d.info
+    src = row_kernels.source(info.program, info.kind, info.pattern, "", True)
+    lines = [line.strip() for line in src[src.index("def parallel"):].splitlines()]
+    asks = [i for i, line in enumerate(lines) if "(qn" in line]
+    exp_pass = next(i for i, line in enumerate(lines) if line.startswith("pcache[j] ="))
+    assert asks and all(i < exp_pass for i in asks), asks
+    d.destroy()
+    rng = np.random.default_rng(12)
+    x = draw(rng, dtype, (64, 3000), 3)
+    base = infiniop.softmax(x)
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    assert_exact(run(handle, "softmax", [infiniop.empty_aligned(x.shape, dtype)], [x])[0], base)
+
+
 def test_large_rows_parallel(handle):
     """Over the parallel threshold, with streamed (non-temporal) stores: (2048, 4096) rms_norm
     and a strided-axis softmax against the references."""
