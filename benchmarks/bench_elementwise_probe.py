@@ -1,5 +1,5 @@
-"""Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm prefill, through
-`infiniop bench`, with a C probe of the same access pattern timed in the same rounds (column
+"""Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm prefill and softmax
+rows, through `infiniop bench`, with a C probe of the same access pattern timed in the same rounds (column
 "probe %ceil"; bf16 rms_norm adds "probe.hw %ceil", the hardware's bf16 rounding).
 
     PYTHONPATH=src python benchmarks/bench_elementwise_probe.py [--rows sub-f16,transposed]
@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 N = 1 << 25
 SQUARE = 1 << 24
 PREFILL = (2048, 4096)
+SQUARE_ROWS = (4096, 4096)
 
 # name -> (op, dtype, layout, size, probe function)
 ROWS = {
@@ -43,6 +44,9 @@ ROWS = {
     "rms-f32": ("rms_norm", "float32", "prefill", PREFILL, "rms_norm_f32"),
     "rms-f16": ("rms_norm", "float16", "prefill", PREFILL, "rms_norm_f16"),
     "rms-bf16": ("rms_norm", "bfloat16", "prefill", PREFILL, "rms_norm_bf16"),
+    "softmax-f32": ("softmax", "float32", "rows", SQUARE_ROWS, "softmax_f32"),
+    "softmax-f16": ("softmax", "float16", "rows", SQUARE_ROWS, "softmax_f16"),
+    "softmax-bf16": ("softmax", "bfloat16", "rows", SQUARE_ROWS, "softmax_bf16"),
 }
 
 
@@ -72,15 +76,16 @@ def with_probe(case: Case, lib, fname: str) -> Case:
         extra = {}  # more implementations: name -> (call, result)
         if case.op == "rearrange":  # out holds src.T contiguously, as ours does
             args = (_ptr(out), _ptr(a), ctypes.c_long(a.shape[0]), ctypes.c_long(a.shape[1]))
-        elif case.op == "rms_norm":
+        elif case.op in ("rms_norm", "softmax"):
             rows, n = a.shape
-            args = (_ptr(out), _ptr(a), _ptr(ins[1]), ctypes.c_long(rows), ctypes.c_long(n),
-                    ctypes.c_float(1e-5))
-            if case.dtype == "bfloat16":
+            args = (_ptr(out), _ptr(a), ctypes.c_long(rows), ctypes.c_long(n))
+            if case.op == "rms_norm":
+                args = args[:2] + (_ptr(ins[1]),) + args[2:] + (ctypes.c_float(1e-5),)
+            if case.op == "rms_norm" and case.dtype == "bfloat16":
                 hw = empty_aligned(a.shape, a.dtype)
                 extra["probe.hw"] = (lambda: fn(_ptr(hw), *args[1:], 1), hw)
                 args = args + (0,)
-            # the sum of squares in another order: agreeing within the rows' tolerance
+            # the sums in another order: agreeing within the rows' tolerance
             tol = ROW_TOLERANCE[case.dtype]
             result = _agreeing(prep.results["infiniop"], lambda: out, tol)
             extra = {k: (f, _agreeing(prep.results["infiniop"], lambda o=o: o, tol))
@@ -118,7 +123,7 @@ def main(argv=None) -> int:
     cases = []
     for name in args.rows.split(","):
         op, dtype, layout, size, fname = ROWS[name]
-        make = {"rearrange": _rearrange, "rms_norm": _rows}.get(op)
+        make = {"rearrange": _rearrange, "rms_norm": _rows, "softmax": _rows}.get(op)
         case = (make(dtype, layout, size, threads) if op == "rearrange"
                 else make(op, dtype, layout, size, threads) if make else
                 _elementwise(op, dtype, layout, size, threads))

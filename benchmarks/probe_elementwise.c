@@ -257,3 +257,72 @@ void rms_norm_bf16(uint16_t *restrict y, const uint16_t *restrict x, const uint1
     }
     _mm_sfence();
 }
+
+/* softmax rows (4096-element rows, a multiple of 32): the row's max in registers (x from
+ * memory), exp(x - max) with infiniop's exp_nonpositive (the same operations) into an L1 row and
+ * a register sum while the next row is prefetched (into L2 for 4-byte rows, as ours), then the
+ * row scaled by 1 / sum with streaming stores. dt: 0 float32, 1 float16, 2 bfloat16 (rounded as
+ * bf16_round). */
+/* infiniop's exp_nonpositive, same operations */
+static inline __m512 expnp(__m512 d) {
+    d = _mm512_max_ps(d, _mm512_set1_ps(-104.0f)); d = _mm512_min_ps(d, _mm512_setzero_ps());
+    __m512 k = _mm512_fmadd_ps(d, _mm512_set1_ps(1.4426950216293335f), _mm512_set1_ps(12582912.0f));
+    __m512 kf = _mm512_sub_ps(k, _mm512_set1_ps(12582912.0f));
+    __m512 r = _mm512_fmadd_ps(kf, _mm512_set1_ps(-0.6931471824645996f), d);
+    r = _mm512_fmadd_ps(kf, _mm512_set1_ps(1.9046542121259336e-09f), r);
+    __m512 r2 = _mm512_mul_ps(r, r), rh = _mm512_mul_ps(r, _mm512_set1_ps(0.5f));
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.00039893644861876965f), r, _mm512_set1_ps(0.002787017496302724f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.016666410490870476f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.08333292603492737f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.3333333432674408f));
+    p = _mm512_fmadd_ps(rh, p, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(r2, p, r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(k), 23), _mm512_set1_epi32(1602224128));
+    return _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), _mm512_set1_ps(5.421010862427522e-20f));
+}
+/* dt: 0 f32, 1 f16, 2 bf16 */
+static inline __m512 sm_load(const void *p, long i, int dt) {
+    if (dt == 0) return _mm512_loadu_ps((const float *)p + i);
+    if (dt == 1) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i))), 16));
+}
+static inline void softmax_t(void *y, const void *x, long rows, long n, int dt) {
+    long isz = dt ? 2 : 4;
+#pragma omp parallel
+    {
+        float cache[n] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+        for (long r = 0; r < rows; r++) {
+            const char *xr = (const char *)x + r * n * isz; char *yr = (char *)y + r * n * isz;
+            __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+            for (long i = 0; i < n; i += 64) {
+                m0 = _mm512_max_ps(m0, sm_load(xr, i, dt)); m1 = _mm512_max_ps(m1, sm_load(xr, i + 16, dt));
+                m2 = _mm512_max_ps(m2, sm_load(xr, i + 32, dt)); m3 = _mm512_max_ps(m3, sm_load(xr, i + 48, dt));
+            }
+            __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3))));
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+            for (long i = 0; i < n; i += 32) {
+                if (r + 1 < rows) { /* the next row, during this heavy pass */
+                    const char *nx = xr + (n + i) * isz;
+                    if (isz == 4) { _mm_prefetch(nx, _MM_HINT_T1); _mm_prefetch(nx + 64, _MM_HINT_T1); }
+                    else _mm_prefetch(nx, _MM_HINT_T0);
+                }
+                __m512 e0 = expnp(_mm512_sub_ps(sm_load(xr, i, dt), mx)), e1 = expnp(_mm512_sub_ps(sm_load(xr, i + 16, dt), mx));
+                s0 = _mm512_add_ps(s0, e0); s1 = _mm512_add_ps(s1, e1);
+                _mm512_store_ps(cache + i, e0); _mm512_store_ps(cache + i + 16, e1);
+            }
+            __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
+            for (long i = 0; i < n; i += 32) {
+                __m512 a = _mm512_mul_ps(_mm512_load_ps(cache + i), inv), b = _mm512_mul_ps(_mm512_load_ps(cache + i + 16), inv);
+                if (dt == 0) { _mm512_stream_ps((float *)yr + i, a); _mm512_stream_ps((float *)yr + i + 16, b); }
+                else if (dt == 1) _mm512_stream_si512((void *)((uint16_t *)yr + i), _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)), _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT), 1));
+                else _mm512_stream_si512((void *)((uint16_t *)yr + i), _mm512_inserti64x4(_mm512_castsi256_si512(bf16_round(a)), bf16_round(b), 1));
+            }
+        }
+        _mm_sfence();
+    }
+}
+void softmax_f32(float *y, const float *x, long rows, long n) { softmax_t(y, x, rows, n, 0); }
+void softmax_f16(uint16_t *y, const uint16_t *x, long rows, long n) { softmax_t(y, x, rows, n, 1); }
+void softmax_bf16(uint16_t *y, const uint16_t *x, long rows, long n) { softmax_t(y, x, rows, n, 2); }
