@@ -122,24 +122,41 @@ static inline void tr16(__m512 *r) {
     }
 }
 
-/* c[r, k] = at[k, r] - b[r, k]: at is (cols, rows) row-major (c = at.T - b), tiles of 16 rows of
- * c x 16 columns, a task = a 32-row strip walked along the columns of c (along at's rows). */
+/* c[r, k] = at[k, r] - b[r, k]: at is (cols, rows) row-major (c = at.T - b). A task is a block
+ * of 512 rows x 64 columns of c: at's block is transposed in 16x16 register tiles into an L2
+ * scratch (at read along its rows in 2 KiB runs, prefetched into L2 512 bytes ahead), then c's
+ * rows are computed from it and b in 256-byte runs with streaming stores. The fastest of eight
+ * C variants on an AMD EPYC (Zen 4), 2026-11-27, one process (4096^2, ms): staged 512 x 64
+ * 10.8, 1024 x 64 11.1, 64 x 256 11.4, 256 x 128 12.1, 32 x 1024 14.7; unstaged strips of 32
+ * rows of c along k 17.8, of 32 rows of at along r 16.8-16.9 (with or without prefetch);
+ * infiniop 9.8. Every extent a multiple of the block. */
 void sub_transposed_f32(float *restrict c, const float *restrict at, const float *restrict b_,
                         long rows, long cols) {
-#pragma omp parallel for schedule(static)
-    for (long r0 = 0; r0 < rows; r0 += 32) {
-        for (long k0 = 0; k0 < cols; k0 += 16) {
-            for (long rr = r0; rr < r0 + 32; rr += 16) {
-                __m512 v[16];
-                for (int k = 0; k < 16; k++) v[k] = _mm512_loadu_ps(at + (k0 + k) * rows + rr);
-                tr16(v);
-                for (int i = 0; i < 16; i++) {
-                    long off = (rr + i) * cols + k0;
-                    _mm512_stream_ps(c + off, _mm512_sub_ps(v[i], _mm512_loadu_ps(b_ + off)));
+    const long br = 512, bk = 64, nbr = rows / br, nbk = cols / bk;
+#pragma omp parallel
+    {
+        float *sc = _mm_malloc(br * bk * sizeof(float), 64);
+#pragma omp for schedule(static)
+        for (long t = 0; t < nbr * nbk; t++) {
+            long r0 = (t / nbk) * br, k0 = (t % nbk) * bk;
+            for (long k = k0; k < k0 + bk; k += 16)
+                for (long r = r0; r < r0 + br; r += 16) {
+                    __m512 v[16];
+                    for (int i = 0; i < 16; i++) {
+                        v[i] = _mm512_loadu_ps(at + (k + i) * rows + r);
+                        _mm_prefetch((const char *)(at + (k + i) * rows + r) + 512, _MM_HINT_T1);
+                    }
+                    tr16(v);
+                    for (int i = 0; i < 16; i++) _mm512_store_ps(sc + (r - r0 + i) * bk + (k - k0), v[i]);
                 }
-            }
+            for (long r = r0; r < r0 + br; r++)
+                for (long k = 0; k < bk; k += 16)
+                    _mm512_stream_ps(c + r * cols + k0 + k,
+                                     _mm512_sub_ps(_mm512_load_ps(sc + (r - r0) * bk + k),
+                                                   _mm512_loadu_ps(b_ + r * cols + k0 + k)));
         }
         _mm_sfence();
+        _mm_free(sc);
     }
 }
 
