@@ -9,6 +9,7 @@ compares the two backends directly.
 from __future__ import annotations
 
 import os
+import re
 
 import ml_dtypes
 import numpy as np
@@ -552,6 +553,28 @@ def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dt
     monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
     monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
     assert_exact(run(handle, "softmax", [infiniop.empty_aligned(x.shape, dtype)], [x])[0], base)
+
+
+def test_streamed_light_bf16_rows_read_inputs_as_words(handle):
+    """A streamed light bf16 epilogue (rms_norm, layer_norm) reads its bf16 operands as 32-bit
+    words, two lanes each, where they start like the output (``pok``; else element loads);
+    softmax (heavy) keeps element loads. The bits: test_streamed_rows_stage_where_stores_would_
+    alias, whose odd-length rows take both ways."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+
+    x, w = np.empty((4, 4096), BF16), np.empty(4096, BF16)
+    for make, descs, words in [(infiniop.create_rms_norm_descriptor, (x, x, w), True),
+                               (infiniop.create_layer_norm_descriptor,
+                                (x, x, np.empty(4, BF16), x, w, w), True),
+                               (infiniop.create_softmax_descriptor, (x, x), False)]:
+        d = make(handle, *(TensorDescriptor.from_array(a) for a in descs))
+        info = d.info
+        src = row_kernels.source(info.program, info.kind, info.pattern, "", True)
+        assert ("if pok:" in src) is words
+        assert bool(re.search(r"wd\d+ = pd\d+\[i\]", src)) is words
+        d.destroy()
 
 
 def test_large_rows_parallel(handle):
