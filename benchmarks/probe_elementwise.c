@@ -182,57 +182,16 @@ void transpose_f32(float *restrict dst, const float *restrict src, long rows, lo
     }
 }
 
-/* rms_norm rows, y = x * (1 / sqrt(mean(x^2) + eps)) * w in float32, rounded once: a row's sum
- * of squares in four 16-lane registers (x read from memory), then the row again (from L1) with
- * streaming stores. Every row a multiple of 64 elements. */
-static inline float rms_scale(float s, long n, float eps) { return 1.0f / sqrtf(s / n + eps); }
-
-void rms_norm_f32(float *restrict y, const float *restrict x, const float *restrict w, long rows,
-                  long n, float eps) {
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (long i = 0; i < n; i += 64) {
-            __m512 f0 = _mm512_loadu_ps(xr + i), f1 = _mm512_loadu_ps(xr + i + 16);
-            __m512 f2 = _mm512_loadu_ps(xr + i + 32), f3 = _mm512_loadu_ps(xr + i + 48);
-            a0 = _mm512_fmadd_ps(f0, f0, a0); a1 = _mm512_fmadd_ps(f1, f1, a1);
-            a2 = _mm512_fmadd_ps(f2, f2, a2); a3 = _mm512_fmadd_ps(f3, f3, a3);
-        }
-        __m512 rs = _mm512_set1_ps(rms_scale(
-            _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))), n, eps));
-        for (long i = 0; i < n; i += 16)
-            _mm512_stream_ps(y + r * n + i,
-                             _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + i), rs), _mm512_loadu_ps(w + i)));
-    }
-    _mm_sfence();
-}
-
-/* fp16: vcvtph2ps in, vcvtps2ph out (round to nearest even, exact) */
-void rms_norm_f16(uint16_t *restrict y, const uint16_t *restrict x, const uint16_t *restrict w,
-                  long rows, long n, float eps) {
-#define H(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < rows; r++) {
-        const uint16_t *xr = x + r * n;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (long i = 0; i < n; i += 64) {
-            __m512 f0 = H(xr + i), f1 = H(xr + i + 16), f2 = H(xr + i + 32), f3 = H(xr + i + 48);
-            a0 = _mm512_fmadd_ps(f0, f0, a0); a1 = _mm512_fmadd_ps(f1, f1, a1);
-            a2 = _mm512_fmadd_ps(f2, f2, a2); a3 = _mm512_fmadd_ps(f3, f3, a3);
-        }
-        __m512 rs = _mm512_set1_ps(rms_scale(
-            _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))), n, eps));
-        for (long i = 0; i < n; i += 32) {
-            __m256i lo = _mm512_cvtps_ph(_mm512_mul_ps(_mm512_mul_ps(H(xr + i), rs), H(w + i)),
-                                         _MM_FROUND_TO_NEAREST_INT);
-            __m256i hi = _mm512_cvtps_ph(_mm512_mul_ps(_mm512_mul_ps(H(xr + i + 16), rs), H(w + i + 16)),
-                                         _MM_FROUND_TO_NEAREST_INT);
-            _mm512_stream_si512((void *)(y + r * n + i), _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-        }
-    }
-#undef H
-    _mm_sfence();
+/* The row probes below (rms_norm, softmax) in float32 (dt 0), fp16 (1) and bf16 (2): 16
+ * elements loaded as float32, and 32 results stored with one streaming 64-byte store (fp16 by
+ * vcvtps2ph, exact; bf16 rounded as infiniop rounds, or with hw by vcvtne2ps2bf16, which flushes
+ * subnormal results to zero: not a rounding infiniop may use, it shows the price of exact
+ * rounding on this CPU). */
+static inline __m512 row_load(const void *p, long i, int dt) {
+    if (dt == 0) return _mm512_loadu_ps((const float *)p + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+    if (dt == 1) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 /* float32 -> bfloat16 bits, round to nearest even in integer operations (subnormals kept, NaN
@@ -246,40 +205,60 @@ static inline __m256i bf16_round(__m512 f) {
     return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40))));
 }
 
-/* bf16: widen by shifting; hw = 0 rounds as above (exact), hw = 1 with vcvtne2ps2bf16, which
- * flushes subnormal results to zero (not a rounding infiniop may use; it shows the price of
- * exact rounding on this CPU) */
-void rms_norm_bf16(uint16_t *restrict y, const uint16_t *restrict x, const uint16_t *restrict w,
-                   long rows, long n, float eps, int hw) {
+static inline void row_store32(void *y, long i, __m512 a, __m512 b, int dt, int hw) {
+    if (dt == 0) {
+        _mm512_stream_ps((float *)y + i, a);
+        _mm512_stream_ps((float *)y + i + 16, b);
+        return;
+    }
+    __m512i out;
+    if (dt == 1)
+        out = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)),
+                                 _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT), 1);
+    else if (hw)
+        out = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+    else
+        out = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_round(a)), bf16_round(b), 1);
+    _mm512_stream_si512((void *)((uint16_t *)y + i), out);
+}
+
+/* rms_norm rows, y = x * (1 / sqrt(mean(x^2) + eps)) * w in float32, rounded once: a row's sum
+ * of squares in four 16-lane registers (x read from memory), then the row again (from L1) with
+ * streaming stores. Every row a multiple of 64 elements. */
+static inline void rms_norm_t(void *y, const void *x, const void *w, long rows, long n, float eps,
+                              int dt, int hw) {
+    long isz = dt ? 2 : 4;
 #pragma omp parallel for schedule(static)
     for (long r = 0; r < rows; r++) {
-        const uint16_t *xr = x + r * n;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (long i = 0; i < n; i += 64) {
-            __m512i v0 = _mm512_loadu_si512(xr + i), v1 = _mm512_loadu_si512(xr + i + 32);
-            __m512 f0 = bf16_lo(v0), f1 = bf16_hi(v0), f2 = bf16_lo(v1), f3 = bf16_hi(v1);
-            a0 = _mm512_fmadd_ps(f0, f0, a0); a1 = _mm512_fmadd_ps(f1, f1, a1);
-            a2 = _mm512_fmadd_ps(f2, f2, a2); a3 = _mm512_fmadd_ps(f3, f3, a3);
-        }
-        __m512 rs = _mm512_set1_ps(rms_scale(
-            _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))), n, eps));
-        for (long i = 0; i < n; i += 32) {
-            __m512i v = _mm512_loadu_si512(xr + i), wv = _mm512_loadu_si512(w + i);
-            __m512 lo = _mm512_mul_ps(_mm512_mul_ps(bf16_lo(v), rs), bf16_lo(wv));
-            __m512 hi = _mm512_mul_ps(_mm512_mul_ps(bf16_hi(v), rs), bf16_hi(wv));
-            __m512i out = hw ? (__m512i)_mm512_cvtne2ps_pbh(hi, lo)
-                             : _mm512_inserti64x4(_mm512_castsi256_si512(bf16_round(lo)), bf16_round(hi), 1);
-            _mm512_stream_si512((void *)(y + r * n + i), out);
-        }
+        const char *xr = (const char *)x + r * n * isz;
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (long i = 0; i < n; i += 64)
+            for (int k = 0; k < 4; k++) {
+                __m512 f = row_load(xr, i + 16 * k, dt);
+                a[k] = _mm512_fmadd_ps(f, f, a[k]);
+            }
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+        __m512 rs = _mm512_set1_ps(1.0f / sqrtf(s / n + eps));
+        for (long i = 0; i < n; i += 32)
+            row_store32((char *)y + r * n * isz, i,
+                        _mm512_mul_ps(_mm512_mul_ps(row_load(xr, i, dt), rs), row_load(w, i, dt)),
+                        _mm512_mul_ps(_mm512_mul_ps(row_load(xr, i + 16, dt), rs), row_load(w, i + 16, dt)),
+                        dt, hw);
     }
     _mm_sfence();
 }
 
-/* softmax rows (4096-element rows, a multiple of 32): the row's max in registers (x from
- * memory), exp(x - max) with infiniop's exp_nonpositive (the same operations) into an L1 row and
- * a register sum while the next row is prefetched (into L2 for 4-byte rows, as ours), then the
- * row scaled by 1 / sum with streaming stores. dt: 0 float32, 1 float16, 2 bfloat16 (rounded as
- * bf16_round). */
+void rms_norm_f32(float *y, const float *x, const float *w, long rows, long n, float eps) {
+    rms_norm_t(y, x, w, rows, n, eps, 0, 0);
+}
+void rms_norm_f16(uint16_t *y, const uint16_t *x, const uint16_t *w, long rows, long n, float eps) {
+    rms_norm_t(y, x, w, rows, n, eps, 1, 0);
+}
+void rms_norm_bf16(uint16_t *y, const uint16_t *x, const uint16_t *w, long rows, long n, float eps,
+                   int hw) {
+    rms_norm_t(y, x, w, rows, n, eps, 2, hw);
+}
+
 /* infiniop's exp_nonpositive, same operations */
 static inline __m512 expnp(__m512 d) {
     d = _mm512_max_ps(d, _mm512_set1_ps(-104.0f)); d = _mm512_min_ps(d, _mm512_setzero_ps());
@@ -298,12 +277,10 @@ static inline __m512 expnp(__m512 d) {
     __m512i e = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(k), 23), _mm512_set1_epi32(1602224128));
     return _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), _mm512_set1_ps(5.421010862427522e-20f));
 }
-/* dt: 0 f32, 1 f16, 2 bf16 */
-static inline __m512 sm_load(const void *p, long i, int dt) {
-    if (dt == 0) return _mm512_loadu_ps((const float *)p + i);
-    if (dt == 1) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i))), 16));
-}
+/* softmax rows (4096-element rows, a multiple of 32): the row's max in registers (x from
+ * memory), exp(x - max) with infiniop's exp_nonpositive (the same operations) into an L1 row and
+ * a register sum while the next row is prefetched (into L2 for 4-byte rows, as ours), then the
+ * row scaled by 1 / sum with streaming stores. */
 static inline void softmax_t(void *y, const void *x, long rows, long n, int dt) {
     long isz = dt ? 2 : 4;
 #pragma omp parallel
@@ -314,8 +291,8 @@ static inline void softmax_t(void *y, const void *x, long rows, long n, int dt) 
             const char *xr = (const char *)x + r * n * isz; char *yr = (char *)y + r * n * isz;
             __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
             for (long i = 0; i < n; i += 64) {
-                m0 = _mm512_max_ps(m0, sm_load(xr, i, dt)); m1 = _mm512_max_ps(m1, sm_load(xr, i + 16, dt));
-                m2 = _mm512_max_ps(m2, sm_load(xr, i + 32, dt)); m3 = _mm512_max_ps(m3, sm_load(xr, i + 48, dt));
+                m0 = _mm512_max_ps(m0, row_load(xr, i, dt)); m1 = _mm512_max_ps(m1, row_load(xr, i + 16, dt));
+                m2 = _mm512_max_ps(m2, row_load(xr, i + 32, dt)); m3 = _mm512_max_ps(m3, row_load(xr, i + 48, dt));
             }
             __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3))));
             __m512 s0 = _mm512_setzero_ps(), s1 = s0;
@@ -325,16 +302,14 @@ static inline void softmax_t(void *y, const void *x, long rows, long n, int dt) 
                     if (isz == 4) { _mm_prefetch(nx, _MM_HINT_T1); _mm_prefetch(nx + 64, _MM_HINT_T1); }
                     else _mm_prefetch(nx, _MM_HINT_T0);
                 }
-                __m512 e0 = expnp(_mm512_sub_ps(sm_load(xr, i, dt), mx)), e1 = expnp(_mm512_sub_ps(sm_load(xr, i + 16, dt), mx));
+                __m512 e0 = expnp(_mm512_sub_ps(row_load(xr, i, dt), mx)), e1 = expnp(_mm512_sub_ps(row_load(xr, i + 16, dt), mx));
                 s0 = _mm512_add_ps(s0, e0); s1 = _mm512_add_ps(s1, e1);
                 _mm512_store_ps(cache + i, e0); _mm512_store_ps(cache + i + 16, e1);
             }
             __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
             for (long i = 0; i < n; i += 32) {
                 __m512 a = _mm512_mul_ps(_mm512_load_ps(cache + i), inv), b = _mm512_mul_ps(_mm512_load_ps(cache + i + 16), inv);
-                if (dt == 0) { _mm512_stream_ps((float *)yr + i, a); _mm512_stream_ps((float *)yr + i + 16, b); }
-                else if (dt == 1) _mm512_stream_si512((void *)((uint16_t *)yr + i), _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)), _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT), 1));
-                else _mm512_stream_si512((void *)((uint16_t *)yr + i), _mm512_inserti64x4(_mm512_castsi256_si512(bf16_round(a)), bf16_round(b), 1));
+                row_store32(yr, i, a, b, dt, 0);
             }
         }
         _mm_sfence();
