@@ -13,10 +13,11 @@ Layout kinds (decided once, at create):
 - 'row': a task walks whole rows; each row's passes after the first read it from cache. The
   last pass streams its outputs with non-temporal stores when they are large (unit stride, one
   itemsize; the row's head peeled to 64-byte alignment, rows whose outputs are not equally
-  aligned are stored normally; 16-bit outputs as 32-bit words), and meanwhile prefetches the
-  next row's input (into L2 for 4-byte elements), so that reading it overlaps this row's
-  stores. A cached last-stage value (softmax's ``exp(x - max)``) is kept in a scratch row
-  instead of being computed twice.
+  aligned are stored normally; 16-bit outputs as 32-bit words), and the heaviest pass after the
+  first (the output pass, or softmax's exp pass: ``prefetch_stage``) prefetches the next row's
+  input (into L2 for 4-byte elements), so that reading it overlaps this row's work. A cached
+  last-stage value (softmax's ``exp(x - max)``) is kept in a scratch row instead of being
+  computed twice.
 - 'col': the axis is strided and the innermost other dim is dense: a task takes a block of
   adjacent rows and runs every pass across them side by side (vectorised across rows), with
   ``L x block`` lanes.
