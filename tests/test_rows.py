@@ -557,6 +557,31 @@ def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dt
     assert_close(got, ref_softmax(x), dtype)  # and the float64 reference
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_softmax_exp_pass_takes_its_constants_from_task_variables(handle, streamed):
+    """The sum passes' float constants are defined once per task through ``opaque`` (kept in
+    registers, not reloaded from the constant pool in every iteration), and the exp pass
+    itself names no literal. The bits are the tables' (every softmax test)."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+
+    x = np.empty((4, 4096), np.float32)
+    d = infiniop.create_softmax_descriptor(handle, *(TensorDescriptor.from_array(a) for a in (x, x)))
+    info = d.info
+    src = row_kernels.source(info.program, info.kind, info.pattern, "", streamed)
+    d.destroy()
+    lines = [line.strip() for line in src[src.index("def parallel"):].splitlines()]
+    task = next(i for i, line in enumerate(lines) if line.startswith("for t in prange"))
+    defined = {line.split(" = ")[0]: i for i, line in enumerate(lines)
+               if re.fullmatch(r"kc\d+ = opaque\(np\.float32\(.+\)\)", line)}
+    assert len(defined) >= 10 and all(i > task for i in defined.values()), defined
+    exp_pass = [line for line in lines if line.startswith("s1_")]
+    assert exp_pass and not any("np.float32(" in line for line in exp_pass)
+    used = set(re.findall(r"\bkc\d+\b", " ".join(exp_pass)))
+    assert used == set(defined)
+
+
 def test_streamed_light_bf16_rows_read_inputs_as_words(handle):
     """A streamed light bf16 epilogue (rms_norm, layer_norm) reads its bf16 operands as 32-bit
     words, two lanes each, where they start like the output (``pok``; else element loads);

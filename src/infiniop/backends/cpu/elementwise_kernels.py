@@ -367,10 +367,13 @@ def _node(node: Expr, a: list[str]) -> str:
 
 
 def render_body(results, inputs: list[str], params: list[str], prefix: str = "t",
-                given: dict[int, str] | None = None) -> tuple[list[str], list[str]]:
+                given: dict[int, str] | None = None,
+                consts: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """(statements, result variables): one statement per node of the DAG over the loaded
     inputs (variables ``inputs[k]``) and parameters; temporaries are ``<prefix><n>``.
-    ``given`` maps node ids to variables that already hold their values."""
+    ``given`` maps node ids to variables that already hold their values. ``consts``: float
+    constants become variables ``kc<n>`` instead, recorded here (literal -> variable) for the
+    caller to define outside its loop (see :func:`constant_definitions`)."""
     given = given or {}
     names: dict[int, str] = {}
     lines: list[str] = []
@@ -383,11 +386,21 @@ def render_body(results, inputs: list[str], params: list[str], prefix: str = "t"
             names[id(node)] = params[node.args[0]]
         elif node.op == "const":
             names[id(node)] = _const(node.args[0], node.dtype)
+            if consts is not None and node.dtype in ("f32", "f64"):
+                names[id(node)] = consts.setdefault(names[id(node)], f"kc{len(consts)}")
         else:
             v = f"{prefix}{len(lines)}"
             lines.append(f"{v} = {_node(node, [names[id(x)] for x in node.args])}")
             names[id(node)] = v
     return lines, [names[id(r)] for r in results]
+
+
+def constant_definitions(indent: str, consts: dict[str, str]) -> list[str]:
+    """The definitions of render_body's named constants, each through ``intrinsics.opaque``:
+    LLVM then keeps them in registers (or spills them once) instead of reloading each from the
+    constant pool in every iteration, which it does in a loop short of registers (softmax's exp
+    pass: 12 broadcasts an iteration, each after a 64-bit address load)."""
+    return [f"{indent}{v} = opaque({c})" for c, v in consts.items()]
 
 
 def _load(dtype: DType, src: str) -> str:

@@ -43,6 +43,7 @@ from .elementwise_kernels import (
     _store,
     aliasing_test,
     bf16_lane,
+    constant_definitions,
     is_heavy,
     launcher,
     packed_word,
@@ -56,10 +57,11 @@ _TEMP = re.compile(r"\bt(\d+)\b")
 _BLOCK = 256
 
 
-def _render(roots, names: list[str], nparams: int, prefix: str) -> tuple[list[str], list[str]]:
+def _render(roots, names: list[str], nparams: int, prefix: str,
+            consts: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """render_body with its temporaries renamed ``<prefix><k>`` (Numba types a variable once
     per function, so each pass gets its own names)."""
-    lines, outs = render_body(roots, names, [f"p{k}" for k in range(nparams)])
+    lines, outs = render_body(roots, names, [f"p{k}" for k in range(nparams)], consts=consts)
     ren = [_TEMP.sub(lambda mt: f"{prefix}{mt.group(1)}", x) for x in lines]
     return ren, [_TEMP.sub(lambda mt: f"{prefix}{mt.group(1)}", x) for x in outs]
 
@@ -93,8 +95,8 @@ class _Gen:
     def e(self, line: str) -> None:
         self.L.append(line)
 
-    def render(self, roots, names: list[str], prefix: str):
-        return _render(roots, names, len(self.params), prefix)
+    def render(self, roots, names: list[str], prefix: str, consts: dict[str, str] | None = None):
+        return _render(roots, names, len(self.params), prefix, consts)
 
     def hoisted(self, indent: str, roots, names: list[str], prefix: str):
         """Emit the per-row values of ``roots`` at ``indent`` (once per row); returns the roots
@@ -184,6 +186,8 @@ class _Gen:
         e(f"    for t in {'prange' if par else 'range'}(ntask):")
         if par:
             self.wide("        ")
+        consts: dict[str, str] = {}  # the sum and max passes' float constants, defined per task
+        mark = len(self.L)
         self.scratch("        ", "{lanes}", "max(n, 1)")
         e("        r1 = min(rows, (t + 1) * per_task)")
         e("        for r in range(t * per_task, r1):")
@@ -247,7 +251,7 @@ class _Gen:
                 e(f"{J}j = c0 + l")
                 acc = "acc{k}"
             self.loads(J, _used(roots, p.nelem), lambda j: True)
-            lines, outs = self.render(roots, inames, f"s{s}_")
+            lines, outs = self.render(roots, inames, f"s{s}_", consts)
             for line in lines:
                 e(J + line)
             for i, r in enumerate(stage):
@@ -266,6 +270,7 @@ class _Gen:
                 self.halve(I, k, a)
                 e(f"{I}st{k} = {a}[0]")
             k0 += len(stage)
+        self.L[mark:mark] = constant_definitions("        ", consts)
         self.row_outputs(I, names)
         self.stat_outputs(I, "", "0")
         if p.cached is not None:
