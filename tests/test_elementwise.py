@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
@@ -961,6 +962,34 @@ def test_light_half_streams_stage_where_stores_would_alias(handle, monkeypatch):
                     _desc_call(handle, name, out, ins)
                     assert_exact(out, want)
                     _check_raw(raw, start, out.nbytes)
+
+
+def test_few_float_constants_are_named_once_per_function():
+    """A body with at most NAMED_CONSTANTS distinct float constants reads them from variables
+    defined through ``opaque`` where each function and each prange body starts, and names no
+    literal in its loops; a body with more keeps its literals. The bits: every value table."""
+    from infiniop.backends.cpu import elementwise_kernels as ek
+    from infiniop.elementwise.spec import REGISTRY
+
+    def src(op, dt):
+        spec = REGISTRY[op]
+        prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dt))
+        return ek.source(prog, "flat", "11")
+
+    hardswish = src("hardswish", F16)
+    kernels = [fn for fn in hardswish.split("\ndef ")[1:] if not fn.startswith("_")]
+    assert len(kernels) >= 2
+    for fn in kernels:
+        lines = [line.strip() for line in fn.splitlines()]
+        blocks = 1 + sum("in prange(" in line for line in lines)  # the function, its pranges
+        defs = [line.split(" = ")[0] for line in lines
+                if re.fullmatch(r"kc\d+ = opaque\(np\.float32\(.+\)\)", line)]
+        assert defs and len(defs) == blocks * len(set(defs)), fn
+        body = [line for line in lines if re.match(r"t\d+ = ", line)]
+        assert body and not any("np.float32(" in line for line in body)
+        assert set(re.findall(r"\bkc\d+\b", " ".join(body))) == set(defs)
+    gelu = src("gelu", F32)
+    assert "kc0" not in gelu and "np.float64(" in gelu
 
 
 def test_fp16_comparisons_stay_in_float32(handle):
