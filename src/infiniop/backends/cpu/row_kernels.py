@@ -356,9 +356,12 @@ class _Gen:
         return best if best is not None and weight[best] > len(topo(out)) else None
 
     def prefetch_next(self, I: str, lo: str, hi: str) -> None:
-        """Ask for the next row's lines of elements [lo, hi) of :meth:`prefetched`'s slots."""
+        """Ask for the next row's lines of elements [lo, hi) of :meth:`prefetched`'s slots. The
+        last row of a task asks too: the pool hands a thread adjacent tasks, so the next row is
+        usually its next one (AMD EPYC Zen 4, 2026-11-27, 8-row tasks, same bits: rms_norm
+        float32 (2048, 4096) 1.62 -> 1.47 ms, softmax float32 (4096, 4096) 5.56 -> 5.30)."""
         e = self.e
-        e(f"{I}if r + 1 < r1:")
+        e(f"{I}if r + 1 < rows:")
         for j in self.prefetched():
             e(f"{I}    for jp in range({lo}, {hi}, {64 // self.isz[j]}):")
             # 4-byte and wider rows into L2 only: measured on an AMD EPYC (Zen 4, 2026-11-27),
