@@ -397,8 +397,8 @@ def render_body(results, inputs: list[str], params: list[str], prefix: str = "t"
 
 # elementwise bodies with at most this many distinct float constants name them: measured
 # (AMD EPYC Zen 4, 2026-11-27, same bits) silu/sigmoid fp16/bf16 (10-12) 6-10% faster, hardswish
-# fp16 (6) 24%, tanh (12) within 2%; with more (log1p 13, gelu 25, float32 gelu/erf 30-35 in
-# float64) they were 3-5% slower (kept in registers, they crowd the body's own values out)
+# fp16 (6) 20%, tanh (12) within 2.5%; bodies with more (log1p 13, gelu 25, float32 gelu/erf
+# with 30-35 in float64) were 3-5% slower named, so they keep their literals
 NAMED_CONSTANTS = 12
 
 

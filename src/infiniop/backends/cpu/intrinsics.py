@@ -17,7 +17,8 @@
   (F16C ``vcvtph2ps``/``vcvtps2ph``): exact, round-to-nearest-even, NaN stays NaN;
   ``f64_to_f32_odd(f64)``: float64 -> float32 rounded to odd, so that the rounding to fp16/bf16
   after it is the one correct rounding of the float64 value (not two in a row);
-  ``canonical(x)`` and ``opaque(x)`` keep LLVM from narrowing comparisons of converted values.
+  ``canonical(x)`` and ``opaque(x)`` keep LLVM from narrowing comparisons of converted values
+  (``opaque`` also keeps named constants in registers).
 - ``call_kernel(address, (args...))``: calls the compiled function at ``address`` (Numba's
   calling convention, an int64 result; ``native.Kernel.address``): the array launchers reach
   their kernel this way, so one launcher serves every kernel with the same operand structure.
@@ -118,8 +119,10 @@ def canonical(typingctx, x):
 @intrinsic
 def opaque(typingctx, x):
     """``x``, through an empty inline asm that LLVM cannot look through. For values computed
-    once outside a loop (a hoisted fp16 operand): a comparison of two values LLVM knows came
-    from half precision is narrowed to half (see ``canonical``)."""
+    once outside a loop: a hoisted fp16 operand (a comparison of two values LLVM knows came
+    from half precision is narrowed to half, see ``canonical``), and the named constants of
+    ``elementwise_kernels.constant_definitions`` (kept in a register, not reloaded from the
+    constant pool in every iteration)."""
     if not isinstance(x, types.Float):
         return None
     sig = x(x)
