@@ -442,6 +442,48 @@ def test_swiglu_near_ties(dtype):
             assert not bad.any(), (av, int(bad.sum()), b[bad][:4], got[bad][:4], want[bad][:4])
 
 
+_BF16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+
+
+def test_swiglu_bf16_extremes():
+    """bf16 results (float32 arithmetic with the scales kept apart): pairs over bf16's whole
+    range, subnormal to the largest, are the correctly rounded value (mpmath at 600 bits):
+    products that overflow or underflow float32 before silu's factor brings them back (a huge,
+    b far below the exp range; a and b tiny), results near the overflow threshold, subnormal
+    results, and subnormal ties of the product (a = 3 2^-133, b = 16.5: 49.5 2^-133 less a rest
+    below float32's subnormal step, so rounding to float32 first lands on the tie). Zeros keep
+    their sign; infinities and NaN as float64's rules (see _swiglu_exact)."""
+    import mpmath
+
+    bf16 = ml_dtypes.bfloat16
+    a = np.array([1.0, 3.0, 1.5, 2.0 ** -133, 3 * 2.0 ** -133, 5 * 2.0 ** -130, 2.0 ** -126,
+                  1e-30, 1e-20, 2.0 ** 64, 1e30, 2.0 ** 127, _BF16_MAX, 0.0, np.inf, np.nan])
+    b = np.array([2.0 ** -133, 1e-30, 2.0 ** -41, 2.0 ** -40, 1e-10, 2.0 ** -7, 2.0 ** -6, 0.5,
+                  1.0, 2.5, 12.5, 16.5, 20.5, 40.0, 88.0, 100.0, 200.0, 1e10, 2.0 ** 100,
+                  _BF16_MAX, 0.0, np.inf, np.nan])
+    a = np.concatenate([a, -a]).astype(bf16)
+    b = np.concatenate([b, -b, [-250.0, -290.0, -301.0, -400.0, -800.0]]).astype(bf16)
+    A, B = (v.ravel() for v in np.meshgrid(a, b))
+    got = infiniop.swiglu(A, B)
+    threshold = (2 - 2.0 ** -8) * 2.0 ** 127                # beyond, bf16 rounds to inf
+    want = []
+    with mpmath.workprec(600):
+        for x, y in zip(A.astype(np.float64), B.astype(np.float64)):
+            if not (np.isfinite(x) and np.isfinite(y)) or x == 0 or y == 0:
+                want.append(np.array(_swiglu_exact(x, y)).astype(bf16))
+                continue
+            v = mpmath.mpf(x) * mpmath.mpf(y) / (1 + mpmath.exp(-mpmath.mpf(y)))
+            if y > 400:      # sigmoid(y) = 1 - d, 0 < d < 2^-577: any such d rounds alike
+                v = mpmath.mpf(x) * mpmath.mpf(y) * (1 - mpmath.mpf(2) ** -590)
+            want.append(bf16(np.copysign(np.inf, float(v))) if abs(v) >= threshold
+                        else _correctly_rounded_mp(v, bf16))
+    want = np.array(want, bf16)
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    bad = (got.view(np.uint16) != want.view(np.uint16)) & ~nan
+    assert not bad.any(), list(zip(A[bad][:6], B[bad][:6], got[bad][:6], want[bad][:6]))
+
+
 def test_softplus_parameters():
     """beta/threshold as runtime values: log1p(exp(beta x)) / beta, x where beta x > threshold."""
     rng = np.random.default_rng(0)

@@ -356,6 +356,21 @@ def test_same_bits_as_the_cpu_backend(nv, spec, dt):
     assert_exact(got, want)
 
 
+def test_swiglu_bf16_has_the_cpu_bits(nv):
+    """bf16 swiglu's float32 path (bit-level scaling by 2^k, rounding to odd, subnormal
+    results): the CPU's bits for every bf16 b with a from tie-prone to extreme values."""
+    bf16 = ml_dtypes.bfloat16
+    a = np.array([3.0, -5.0, 3 * 2.0 ** -133, -(2.0 ** -126), 1e-30, 2.0 ** 127, -1e30, np.inf,
+                  0.0, np.nan], np.float32).astype(bf16)
+    b = np.arange(1 << 16, dtype=np.uint16).view(bf16)
+    A, B = np.repeat(a, b.size), np.tile(b, a.size)
+    want, got = np.empty_like(A), np.empty_like(A)
+    for h, out in ((real_create_handle("cpu"), want), (nv, got)):
+        with infiniop.create_swiglu_descriptor(h, TD(out), TD(A), TD(B)) as d:
+            d.calculate(None, out, A, B)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
 @pytest.mark.parametrize("fn", ["exp", "log", "sin", "cos", "tanh"])
 @pytest.mark.parametrize("dt", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_transcendentals_are_within_a_few_ulp_of_numpy(nv, fn, dt):
