@@ -396,8 +396,9 @@ def _swiglu_split(m, a, b, lo, lim):
 
 
 def _swiglu_head_rest(m, P, b, bs, q, small):
-    """s + e = P silu(b) / b, summed exactly from an exact head h and a rest l, for P = a b
-    (exact) and q = sigmoid(-|b|):
+    """s + e = P sigmoid(b), summed exactly from an exact head h and a rest l, for P = a b
+    (exact) and q = sigmoid(-|b|) (for b <= -lim any power-of-two multiple of it: the whole
+    result scales alike, :func:`_swiglu_bf16`):
     - ``small`` (0 < |b| < lim): silu's series, h = P / 2, l = P b / 4 - P b^3 / 48 with the
       product's rounding error (P / 2 + P b / 4 is itself a tie when b is a power of two; the
       next term, b^4 / 240 of the result, is below every rounding here); ``bs`` is b, or b
