@@ -241,7 +241,7 @@ def test_float32(name):
 # plain arithmetic by design (no double-float steps): within one ulp, fewer correctly rounded
 F32_CR = {"exp_nonpositive": 0.88}
 # cheaper for fp16/bf16 results
-HALF_VARIANTS = ["silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "exp_nonpositive"]
+HALF_VARIANTS = ["silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "softplus", "exp_nonpositive"]
 PIPELINE_HALF = list(CASES) if LONG else ["silu", "erfinv"]
 
 
@@ -497,6 +497,35 @@ def test_softplus_parameters():
                        (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / beta)
         assert ulp_error(y, ref, np.float32).max() <= 1.0, (beta, threshold)
         assert correctly_rounded(y, ref, np.float32).mean() >= 0.99, (beta, threshold)
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_softplus_half_parameters(dt):
+    """fp16/bf16 softplus through the operator (plain float32, _softplus_half) for every input
+    and several runtime beta/threshold: within 1 ulp of log1p(exp(beta x)) / beta, >= 99.9%
+    correctly rounded, the rest only at near-ties; x where beta x (rounded) > threshold."""
+    npdt = np.float16 if dt == "f16" else ml_dtypes.bfloat16
+    x = np.arange(1 << 16, dtype=np.uint16).view(npdt)
+    with np.errstate(invalid="ignore"):
+        x = x[np.isfinite(x.astype(np.float32))]
+    x32 = x.astype(np.float32)
+    for beta, threshold in [(2.0, 20.0), (0.5, 10.0), (1.0, 5.0), (-1.5, 20.0), (1.7, 20.0),
+                            (1e-3, 20.0)]:
+        y = infiniop.softplus(x, beta=beta, threshold=threshold)
+        z = x32.astype(np.float64) * np.float32(beta)          # exact
+        with np.errstate(all="ignore"):
+            soft = (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / np.float32(beta)
+        ref = np.where(x32 * np.float32(beta) > threshold, x32.astype(np.float64), soft)
+        err = ulp_error(y.astype(np.float64), ref, npdt)
+        ok = correctly_rounded(y, ref, npdt)
+        assert err.max() <= 1.0, (beta, threshold, x[np.argmax(err)], err.max())
+        assert ok.mean() >= 0.999, (beta, threshold, ok.mean())
+        bad = ~ok
+        lo = np.minimum(y[bad].astype(np.float64), ref[bad].astype(npdt).astype(np.float64))
+        hi = np.maximum(y[bad].astype(np.float64), ref[bad].astype(npdt).astype(np.float64))
+        mid = (lo + hi) / 2
+        near = np.abs(ref[bad] - mid) <= np.maximum(np.abs(mid) * 2.0 ** -18, 2.0 ** -149)
+        assert near.all(), (beta, threshold, x[bad][~near][:4])
 
 
 TRITON_SCRIPT = r"""
