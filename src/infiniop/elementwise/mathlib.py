@@ -23,9 +23,9 @@ constants (:data:`_T`):
   >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu, gelu_tanh and softplus use plain float32 versions (about half the operations, a
-  degree-5 exp), still correctly rounded except when the exact value lies within their
-  float32 error (~2^-21) of a half-type tie.
+  gelu, gelu_tanh, softplus and log1p use plain float32 versions (about half the operations, a
+  degree-5 exp or a degree-7 log1p polynomial), still correctly rounded except when the exact
+  value lies within their float32 error (~2^-21) of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
   rounded.
 At +-inf the functions give their limits (silu(-inf) = -0, gelu(+inf) = inf, hardswish(-inf) =
@@ -1238,7 +1238,32 @@ def _keep_zero(m, x, y):
 
 
 def log1p(m, x):
-    return _keep_zero(m, x, _log1p(m, x))
+    return _keep_zero(m, x, _log1p_half(m, x) if _half_result(m, x) else _log1p(m, x))
+
+
+# log1p(f) = f P(f), f in [sqrt(1/2) - 1, sqrt(2) - 1]: 2^-22.1 relative (Lawson's weighted least
+# squares, float32 coefficients)
+_HALF_LOG1P_F = (
+    _hex("0x1.fffffep-1"), _hex("-0x1.000074p-1"), _hex("0x1.555b4ap-2"), _hex("-0x1.ff6af6p-3"),
+    _hex("0x1.973b16p-3"), _hex("-0x1.608220p-3"), _hex("0x1.4e9742p-3"), _hex("-0x1.a917a6p-4"),
+)
+
+
+def _log1p_half(m, x):
+    """log1p for fp16/bf16 results in plain float32 (~2^-21 before the final rounding): u = 1 + x
+    = 2^k (1 + f), f in [sqrt(1/2) - 1, sqrt(2) - 1] from the bits, log1p(f) = f P(f), and the
+    rounding error c of 1 + x added as c / u ~ c (2 - u) where |x| < 1/2 (above, 1 + x of an
+    fp16/bf16 x is exact, or c / u is below 2^-24 of the result); no division."""
+    T = _consts(x)
+    u = x + 1.0
+    small = m.abs(x) < 0.5
+    cu = m.where(small, (x - (u - 1.0)) * (2.0 - u), _c(m, 0.0, x))   # (1 + x - u) / u
+    ui = m.bitcast(m.where(u > 0.0, u, 1.0), "i32")
+    k = (ui - T.sqrt_half_bits) >> T.mant
+    f = m.bitcast(ui - (k << T.mant), "f32") - 1.0          # exact (Sterbenz)
+    kf = m.cast(k, "f32")
+    y = m.fma(kf, T.ln2_hi_k, m.fma(f, _horner(m, f, _HALF_LOG1P_F), m.fma(kf, T.ln2_lo_k, cu)))
+    return _log_specials(m, u, y)
 
 
 def silu(m, x):
