@@ -241,7 +241,8 @@ def test_float32(name):
 # plain arithmetic by design (no double-float steps): within one ulp, fewer correctly rounded
 F32_CR = {"exp_nonpositive": 0.88}
 # cheaper for fp16/bf16 results
-HALF_VARIANTS = ["silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "softplus", "log1p", "exp_nonpositive"]
+HALF_VARIANTS = ["silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "softplus", "log", "log2", "log10",
+                 "log1p", "exp_nonpositive"]
 PIPELINE_HALF = list(CASES) if LONG else ["silu", "erfinv"]
 
 

@@ -23,9 +23,9 @@ constants (:data:`_T`):
   >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu, gelu_tanh, softplus and log1p use plain float32 versions (about half the operations, a
-  degree-5 exp or a degree-7 log1p polynomial), still correctly rounded except when the exact
-  value lies within their float32 error (~2^-21) of a half-type tie.
+  gelu, gelu_tanh, softplus, log, log2, log10 and log1p use plain float32 versions (about half
+  the operations, a degree-5 exp or a degree-7 log1p polynomial), still correctly rounded
+  except when the exact value lies within their float32 error (~2^-21) of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
   rounded.
 At +-inf the functions give their limits (silu(-inf) = -0, gelu(+inf) = inf, hardswish(-inf) =
@@ -833,18 +833,35 @@ def _mul_df(m, a, lo, ch, cl):
 
 
 def log(m, x):
+    if _half_result(m, x):
+        return _log_specials(m, x, _log_half(m, x))
     a, lo = _log_of(m, x)
     return _log_specials(m, x, a + lo)
 
 
 def log2(m, x):
+    if _half_result(m, x):
+        return _log_specials(m, x, _log_half(m, x) * _consts(x).inv_ln2[0])
     a, lo = _log_of(m, x)
     return _log_specials(m, x, _mul_df(m, a, lo, *_consts(x).inv_ln2))
 
 
 def log10(m, x):
+    if _half_result(m, x):
+        return _log_specials(m, x, _log_half(m, x) * _consts(x).log10e[0])
     a, lo = _log_of(m, x)
     return _log_specials(m, x, _mul_df(m, a, lo, *_consts(x).log10e))
+
+
+def _log_half(m, x):
+    """log(x) for fp16/bf16 results in plain float32 (~2^-21), x > 0 (the caller's specials
+    handle the rest): subnormals pre-scaled, then :func:`_log_parts_half`."""
+    T = _consts(x)
+    sub = x < T.tiny
+    xs = m.where(sub, x * T.tiny_scale, x)
+    kf, f, P = _log_parts_half(m, m.where(xs > 0.0, xs, 1.0))
+    kf = kf + m.where(sub, _c(m, T.tiny_k, x), 0.0)
+    return m.fma(kf, T.ln2_hi_k, m.fma(f, P, kf * T.ln2_lo_k))
 
 
 def _log1p(m, x):
@@ -1258,12 +1275,19 @@ def _log1p_half(m, x):
     u = x + 1.0
     small = m.abs(x) < 0.5
     cu = m.where(small, (x - (u - 1.0)) * (2.0 - u), _c(m, 0.0, x))   # (1 + x - u) / u
-    ui = m.bitcast(m.where(u > 0.0, u, 1.0), "i32")
+    kf, f, P = _log_parts_half(m, m.where(u > 0.0, u, 1.0))
+    y = m.fma(kf, T.ln2_hi_k, m.fma(f, P, m.fma(kf, T.ln2_lo_k, cu)))
+    return _log_specials(m, u, y)
+
+
+def _log_parts_half(m, u):
+    """(k, f, P): log(u) = k ln2 + f P(f) (plain float32, 2^-22.1) for u positive, normal and
+    finite: u = 2^k (1 + f), f in [sqrt(1/2) - 1, sqrt(2) - 1], from the bits."""
+    T = _consts(u)
+    ui = m.bitcast(u, "i32")
     k = (ui - T.sqrt_half_bits) >> T.mant
     f = m.bitcast(ui - (k << T.mant), "f32") - 1.0          # exact (Sterbenz)
-    kf = m.cast(k, "f32")
-    y = m.fma(kf, T.ln2_hi_k, m.fma(f, _horner(m, f, _HALF_LOG1P_F), m.fma(kf, T.ln2_lo_k, cu)))
-    return _log_specials(m, u, y)
+    return m.cast(k, "f32"), f, _horner(m, f, _HALF_LOG1P_F)
 
 
 def silu(m, x):
