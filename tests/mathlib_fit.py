@@ -227,3 +227,15 @@ if __name__ == "__main__":
             show(f"erfc {name}, {zlo} <= z <= {zhi} (relative)", c, e)
             print("    lo parts:", [float(v - mp.mpf(float(v))).hex() for v in fit.exact[:3]])
             sys.stdout.flush()
+    if "erf_half" in which:
+        # float32 erf for fp16/bf16 results: x P(x^2 - 4.5) for |x| <= 3 (erf(3) rounds to 1),
+        # and erfc's small branch 1 - x P4(x^2), |x| < 0.75 (relative errors)
+        def E(w):
+            x = mp.sqrt(w + mp.mpf(4.5))
+            return mp.erf(x) / x if x != 0 else 2 / mp.sqrt(mp.pi)
+        c, e = fit(E, list(range(13)), -4.5, 4.5, lambda w: 1 / E(w), iters=12, npts=160, dps=40)
+        show("erf(x) = x P(x^2 - 4.5), |x| <= 3 (relative)", c, e)
+        sys.stdout.flush()
+        c, e = fit(lambda u: E(u - 4.5), list(range(5)), 0, 0.75 ** 2,
+                   lambda u: 1 / E(u - 4.5), iters=12, npts=120, dps=40)
+        show("erf(x) = x P(x^2), |x| <= 0.75 (relative)", c, e)

@@ -23,8 +23,8 @@ constants (:data:`_T`):
   >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu, gelu_tanh, softplus, log, log2, log10 and log1p use plain float32 versions (about half
-  the operations, a degree-5 exp or a degree-7 log1p polynomial), still correctly rounded
+  gelu, gelu_tanh, softplus, log, log2, log10, log1p, erf and erfc use plain float32 versions
+  (about half the operations, a degree-5 exp or a degree-7 log1p polynomial), still correctly rounded
   except when the exact value lies within their float32 error (~2^-21) of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
   rounded.
@@ -676,11 +676,11 @@ def tanh(m, x):
 # is already correctly rounded except when the exact value lies within that error of a
 # half-type tie; these versions skip the double-float steps (about half the operations).
 
-_F32_GELU_G7 = (  # (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 11, 2^-22.8
+_F32_ERFC_G7 = (  # (z + 3) exp(z^2) erfc(z) = G(1/(z + 3) - VC), 0 <= z <= 11, 2^-22.8
     _hex("0x1.4b31aep+0"), _hex("0x1.c6b1a0p+2"), _hex("0x1.db62fep+4"), _hex("0x1.6f0606p+6"),
     _hex("0x1.7b1e3ep+7"), _hex("0x1.54eca2p+7"), _hex("-0x1.193850p+8"), _hex("-0x1.9aca0ap+9"),
 )
-_F32_GELU_VC = _hex("0x1.9e79e8p-3")
+_F32_ERFC_VC = _hex("0x1.9e79e8p-3")
 
 
 def _half_result(m, x):
@@ -759,10 +759,52 @@ def _gelu_half(m, x):
     t, p = _expm1_plain(m, (y * y) * -0.5)
     E = (p + 1.0) * _pow2(m, t, -1 if f16 else T.scale_split - 1, x)   # exp(-y^2/2) / 2 (2^s)
     v = 1.0 / m.fma(y, _hex("0x1.6a09e6p-1"), 3.0)
-    q = E * (v * _horner(m, v - _F32_GELU_VC, _F32_GELU_G7))          # Phi(-|x|)
+    q = E * (v * _horner(m, v - _F32_ERFC_VC, _F32_ERFC_G7))          # Phi(-|x|)
     if not f16:
         q = q * 2.0 ** -T.scale_split
     return xc * m.where(xc < 0.0, q, 1.0 - q)                          # x = -0: -0 (1 - q)
+
+
+_F32_ERF_SMALL = (  # erf(x) = x P(x^2), |x| <= 0.75: 2^-23.7 (mathlib_fit.py erf_half)
+    _hex("0x1.20dd74p+0"), _hex("-0x1.81258ap-2"), _hex("0x1.cdc8bcp-4"), _hex("-0x1.afff46p-6"),
+    _hex("0x1.10e5dcp-8"),
+)
+
+
+_F32_ERF_W = (  # erf(x) = x P(x^2 - 4.5), |x| <= 3: 2^-25.4 (float32 evaluation ~2^-22)
+    _hex("0x1.e16a3cp-2"), _hex("-0x1.a083bcp-5"), _hex("0x1.fdb6f6p-8"), _hex("-0x1.3cb84ep-10"),
+    _hex("0x1.72f314p-13"), _hex("-0x1.8e9bc2p-16"), _hex("0x1.865e1ap-19"),
+    _hex("-0x1.5dfe98p-22"), _hex("0x1.1a9742p-25"), _hex("-0x1.89da8ap-29"),
+    _hex("0x1.1a0054p-32"), _hex("-0x1.fafef8p-36"), _hex("0x1.128b0cp-39"),
+)
+
+
+def _erf_half(m, x, complement):
+    """erf(x) or erfc(x) for fp16/bf16 results, in plain float32 (~2^-22).
+
+    erf: one polynomial, x P(x^2 - 4.5) for |x| <= 3 (x^2 is exact: half inputs have at most
+    11 bits; beyond 3, erf(3) rounds to +-1 as erf does). erfc: 1 - x P4(x^2) for |x| < 0.75
+    (rounded to odd: near 1 the float32 difference would round the last bits of the small term
+    onto an fp16 tie, erfc(-0.000433)); else erfc(z) = exp(-z^2) v G(v - VC), v = 1/(z + 3),
+    z = |x| (gelu's half path's G), 2 - erfc(z) for x < 0, and z limited to 4.5, or to 10 for
+    bf16 results: their tiny values keep exp(-z^2) 2^s normal and are scaled by 2^-s last."""
+    if not complement:
+        xc = _clamp(m, x, -3.0, 3.0)
+        return xc * _horner(m, m.fma(xc, xc, -4.5), _F32_ERF_W)
+    T = _consts(x)
+    scaled = m.result_bits <= 8
+    z = m.abs(x)
+    zc = _at_most(m, z, 10.0 if scaled else 4.5)
+    t, p = _expm1_plain(m, -(zc * zc))
+    E = (p + 1.0) * _pow2(m, t, T.scale_split if scaled else 0, x)
+    v = 1.0 / (zc + 3.0)
+    q = E * (v * _horner(m, v - _F32_ERFC_VC, _F32_ERFC_G7))        # erfc(z) (2^s)
+    if scaled:
+        q = q * 2.0 ** -T.scale_split
+    s = x * _horner(m, x * x, _F32_ERF_SMALL)                       # erf(x), |x| < 0.75
+    a = 1.0 - s
+    small = _to_odd(m, a, (1.0 - a) - s, False)
+    return m.where(z < 0.75, small, m.where(x > 0.0, q, 2.0 - q))
 
 
 def _gelu_tanh_half(m, x):
@@ -995,26 +1037,28 @@ def _erfc_scaled_f64(m, z, z2):
     return m.fma(p, e, e) * (v * _horner(m, v - _F64_ERFC_VC, _F64_ERFC_G))
 
 
-def erf(m, x, once=False):
-    """``once``: see :func:`_f32_result` (the erf operator's)."""
+def erf(m, x):
+    if _half_result(m, x):
+        return _erf_half(m, x, False)
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
         ax = m.abs(xd)
         small = xd * _horner(m, xd * xd, _F64_ERF_SMALL)
         large = _copysign(m, 1.0 - _erfc_large_f64(m, ax), xd)
-        return _f32_result(m, m.where(ax < 0.75, small, large), x, once)
+        return m.cast(m.where(ax < 0.75, small, large), "f32")
     return _erf_f64(m, x)
 
 
-def erfc(m, x, once=False):
-    """``once``: see :func:`_f32_result` (the erfc operator's)."""
+def erfc(m, x):
+    if _half_result(m, x):
+        return _erf_half(m, x, True)
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
         ax = m.abs(xd)
         small = 1.0 - xd * _horner(m, xd * xd, _F64_ERF_SMALL)
         q = _erfc_large_f64(m, ax)
         large = m.where(xd > 0.0, q, 2.0 - q)
-        return _f32_result(m, m.where(ax < 0.75, small, large), x, once)
+        return m.cast(m.where(ax < 0.75, small, large), "f32")
     return _erfc_f64(m, x)
 
 

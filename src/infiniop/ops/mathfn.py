@@ -1,6 +1,5 @@
 """Unary math operators (output, input), from mathlib.py's functions."""
 
-from ..elementwise import mathlib
 from ..elementwise.operator import elementwise
 from ..elementwise.spec import FLOATS
 
@@ -13,7 +12,7 @@ TANH = _unary("tanh", lambda m, x: m.tanh(x), "output", "input")
 LOG10 = _unary("log10", lambda m, x: m.log10(x))
 LOG1P = _unary("log1p", lambda m, x: m.log1p(x))
 ATANH = _unary("atanh", lambda m, a: m.atanh(a), "y", "a")
-ERF = _unary("erf", lambda m, x: mathlib.erf(m, x, once=True))  # fp16/bf16: rounded once
-ERFC = _unary("erfc", lambda m, x: mathlib.erfc(m, x, once=True))
+ERF = _unary("erf", lambda m, x: m.erf(x))
+ERFC = _unary("erfc", lambda m, x: m.erfc(x))
 ERFINV = _unary("erfinv", lambda m, x: m.erfinv(x))
 RECIPROCAL = _unary("reciprocal", lambda m, x: 1.0 / x, doc="y = 1 / x (IEEE)")
