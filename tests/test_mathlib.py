@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -69,7 +70,14 @@ def _softplus(xp):
 def _hardswish(xp):
     def ref(x):
         x = np.asarray(x).astype(xp)
-        return np.where(np.isneginf(x), xp(-0.0), x * np.clip(x + 3, 0, 6) / 6)
+        with np.errstate(invalid="ignore", over="ignore"):
+            r = x * np.clip(x + 3, 0, 6) / 6
+            # near 0 the value is x/2 + x^2/6, the tail below xp's resolution of x/2: the exact
+            # value lies between x/2 and the next xp number up, which rounds as it does (x/2 is
+            # a tie of the result type for odd subnormal x)
+            lost = (x != 0) & (np.abs(x) < 1e-3) & (x / 2 + x * x / 6 == x / 2)
+            return np.where(np.isneginf(x), xp(-0.0),
+                            np.where(lost, np.nextafter(x / 2, xp(np.inf)), r))
     return ref
 
 
@@ -528,6 +536,49 @@ def test_softplus_half_parameters(dt):
         mid = (lo + hi) / 2
         near = np.abs(ref[bad] - mid) <= np.maximum(np.abs(mid) * 2.0 ** -18, 2.0 ** -149)
         assert near.all(), (beta, threshold, x[bad][~near][:4])
+
+
+def _round_exact(v: Fraction, p: int, emin: int) -> float:
+    """The rational v rounded to nearest even with p significand bits, exponents >= emin."""
+    if v == 0:
+        return 0.0
+    a = abs(v)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    e = max(e - (Fraction(2) ** e > a), emin)
+    n = a / Fraction(2) ** (e - p + 1)
+    k, r = divmod(n.numerator, n.denominator)
+    k += 2 * r > n.denominator or (2 * r == n.denominator and k % 2 == 1)
+    return float(k * Fraction(2) ** (e - p + 1)) * (1 if v > 0 else -1)
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16", "f32", "f64"])
+def test_hardswish_correctly_rounded_near_0_and_3(dt):
+    """hardswish through the operator against the exact rational x (x + 3) / 6 rounded once:
+    every fp16/bf16 input in (-3, 3), float32/float64 subnormals and tiny ones, and float32
+    ones near -3 (where x + 3 cancels; float64 is within one ulp there, not always rounded right).
+    Near 0 the value is x/2 plus a positive tail that the working precision does not hold, and
+    x/2 is a tie for every odd subnormal x (fp16 2^-24: 2^-25 + 2^-48/6 rounds up to 2^-24;
+    1 fp16, 128 bf16 inputs and half of the float32 subnormals were rounded to even)."""
+    npdt, p, emin = {"f16": (np.float16, 11, -14), "bf16": (ml_dtypes.bfloat16, 8, -126),
+                     "f32": (np.float32, 24, -126), "f64": (np.float64, 53, -1022)}[dt]
+    if p <= 11:
+        x = np.arange(1 << 16, dtype=np.uint16).view(npdt)
+    else:
+        rng = np.random.default_rng(3)
+        ibits = np.uint32 if p == 24 else np.uint64
+        sub = rng.integers(1, 1 << (p - 1), 3000, dtype=np.uint64).astype(ibits)
+        x = np.concatenate([sub.view(npdt), -sub[:1000].view(npdt),
+                            np.nextafter(npdt(-3), npdt(0)) + np.arange(300 if p == 24 else 0)
+                            * np.spacing(npdt(3)),
+                            npdt(2.0) ** rng.integers(emin - 10, -20, 500) * rng.uniform(1, 2, 500)
+                            * rng.choice([-1, 1], 500)]).astype(npdt)
+    with np.errstate(invalid="ignore"):
+        x = x[(np.abs(x.astype(np.float64)) < 3) & (x.astype(np.float64) != 0)]
+    y = infiniop.hardswish(x).astype(np.float64)
+    want = np.array([_round_exact(Fraction(v) * (Fraction(v) + 3) / 6, p, emin)
+                     for v in x.astype(np.float64)])
+    bad = y != want
+    assert not bad.any(), (x[bad][:4], y[bad][:4], want[bad][:4])
 
 
 TRITON_SCRIPT = r"""

@@ -569,13 +569,29 @@ def _gelu_tanh(m, x):
 
 
 def _hardswish(m, x):
-    """x * min(max(x + 3, 0), 6) / 6: x (x + 3) / 6 rounded once inside (-3, 3)."""
-    xc = _clamp(m, x, -3.0, 3.0)
+    """x * min(max(x + 3, 0), 6) / 6: x (x + 3) / 6 rounded once inside (-3, 3).
+
+    Near 0 the value is x/2 plus a positive tail x^2/6 that float32 may not hold: where the
+    result is x/2 exactly, it is rounded to odd for fp16/bf16 results (x/2 is a tie for every
+    odd subnormal x: fp16 x = 2^-24 gives 2^-25 + 2^-48/6, which rounds up to 2^-24, not to the
+    even 0; bf16 had 128 such inputs), and for float32 rounded up where x/2 is not a float32
+    (x an odd subnormal). x is not clamped: beyond (-3, 3) the selects at the end decide (NaN
+    and infinities in the unused lanes; 4 operations fewer)."""
+    xc = x
     sh, se = _fast_two_sum(_c(m, 3.0, x), xc)
     ph, pe = _two_prod(m, xc, sh)
     q = ph / 6.0
     rem = m.fma(-q, 6.0, ph) + m.fma(xc, se, pe)
     y = m.fma(rem, 1.0 / 6.0, q)
+    T = _consts(x)
+    if _half_result(m, x):       # x/2 + tail rounded to odd: -1 on the magnitude if negative
+        h = xc * 0.5
+        hb = m.bitcast(h, T.int)
+        y = m.where(m.eq(y, h), m.bitcast((hb + (hb >> (T.width - 1))) | 1, x.dtype), y)
+    else:                        # odd subnormal x: x/2 + tail rounds up, (x + 1 ulp) / 2 exactly
+        sub = T.tiny * 2.0 ** -T.mant
+        odd = (m.abs(x) < 2.0 * T.tiny) & ((m.bitcast(x, T.int) & 1) > 0)
+        y = m.where(odd, (x + sub) * 0.5, y)
     return m.where(x >= 3.0, x, m.where(x <= -3.0, _c(m, -0.0, x), y))
 
 
