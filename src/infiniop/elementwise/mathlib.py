@@ -23,7 +23,7 @@ constants (:data:`_T`):
   >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu, gelu_tanh, softplus, log, log2, log10, log1p, erf and erfc use plain float32 versions
+  gelu, gelu_tanh, softplus, log, log2, log10, log1p, atanh, erf and erfc use plain float32 versions
   (about half the operations, a degree-5 exp or a degree-7 log1p polynomial), still correctly rounded
   except when the exact value lies within their float32 error (~2^-21) of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
@@ -928,7 +928,18 @@ def _log1p(m, x):
     return _log_specials(m, uh, a + lo)
 
 
+def _atanh_half(m, x):
+    """atanh for fp16/bf16 results in plain float32: log1p(q) / 2 with q = 2|x| / (1 - |x|),
+    through log1p's half path; 1 - |x| is exact for fp16 inputs (their last bit is at least
+    2^-24) and q is rounded once (2^-24 relative), which moves log1p(q) by at most as much.
+    |x| = 1 gives q = inf, so inf; above 1, q < -1: NaN. The sign is x's."""
+    ax = m.abs(x)
+    return _copysign(m, _log1p_half(m, (ax + ax) / (1.0 - ax)) * 0.5, x)
+
+
 def atanh(m, x):
+    if _half_result(m, x):
+        return _atanh_half(m, x)
     T = _consts(x)
     ax = m.abs(x)
     nh, nl = _fast_two_sum(_c(m, 1.0, x), ax)
