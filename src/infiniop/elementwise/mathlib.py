@@ -23,9 +23,10 @@ constants (:data:`_T`):
   >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu, gelu_tanh, softplus, log, log2, log10, log1p, atanh, erf and erfc use plain float32 versions
-  (about half the operations, a degree-5 exp or a degree-7 log1p polynomial), still correctly rounded
-  except when the exact value lies within their float32 error (~2^-21) of a half-type tie.
+  gelu, gelu_tanh, softplus, log, log2, log10, log1p, atanh, erf, erfc and erfinv use plain
+  float32 versions (about half the operations, a degree-5 exp or a degree-7 log1p polynomial),
+  still correctly rounded except when the exact value lies within their float32 error (~2^-21)
+  of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
   rounded.
 At +-inf the functions give their limits (silu(-inf) = -0, gelu(+inf) = inf, hardswish(-inf) =
@@ -1263,20 +1264,22 @@ _F64_SQRT_PI_2 = _hex("0x1.c5bf891b4ef6ap-1")  # sqrt(pi) / 2
 
 def erfinv(m, x):
     """Inverse error function: a float32 initial guess (relative error 2^-23) and one Newton
-    step in float64 on erf(y) = x, with the residual from erfc near +-1 (1 - |x| is exact)."""
+    step in float64 on erf(y) = x, with the residual from erfc near +-1 (1 - |x| is exact).
+    fp16/bf16 results take the guess itself (its log is the half path's: ~2^-22 in all)."""
     if x.dtype == "f32":
         ax = m.abs(x)
         w = -log(m, (1.0 - ax) * (1.0 + ax))
         pa = _horner(m, w - 2.5, _F32_ERFINV_A)
         pb = _horner(m, m.sqrt(m.where(w < 5.0, _c(m, 5.0, x), w)) - 3.0, _F32_ERFINV_B)
-        y0 = m.cast(ax * m.where(w < 5.0, pa, pb), "f64")
-        y0 = m.where(y0 < 4.5, y0, m.const(4.5, "f64"))          # erf(4.5) = 1 - 2^-33
-        axd = m.cast(ax, "f64")
-        small = y0 < 0.75
-        r = m.where(small, y0 * _horner(m, y0 * y0, _F64_ERF_SMALL) - axd,
-                    (1.0 - axd) - _erfc_large_f64(m, y0))      # erf(y0) - |x|
-        y = y0 - r * (_exp_f64_lowacc(m, y0 * y0) * _F64_SQRT_PI_2)
-        y = m.cast(y, "f32")
+        y = ax * m.where(w < 5.0, pa, pb)
+        if not _half_result(m, x):
+            y0 = m.cast(y, "f64")
+            y0 = m.where(y0 < 4.5, y0, m.const(4.5, "f64"))      # erf(4.5) = 1 - 2^-33
+            axd = m.cast(ax, "f64")
+            small = y0 < 0.75
+            r = m.where(small, y0 * _horner(m, y0 * y0, _F64_ERF_SMALL) - axd,
+                        (1.0 - axd) - _erfc_large_f64(m, y0))  # erf(y0) - |x|
+            y = m.cast(y0 - r * (_exp_f64_lowacc(m, y0 * y0) * _F64_SQRT_PI_2), "f32")
         y = m.where(ax < 1.0, y, m.where(m.eq(ax, 1.0), _c(m, float("inf"), x), float("nan")))
         return _copysign(m, m.where(m.isnan(x), x, y), x)
     return _erfinv_f64(m, x)
