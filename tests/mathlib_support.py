@@ -427,7 +427,7 @@ def ulp_error(y, ref, dtype):
     r = ref.astype(wide)
     yw = np.asarray(y).astype(wide)
     with np.errstate(all="ignore"):
-        rr = r.astype(dtype)
+        rr = round_once(r, dtype)
         mag = np.abs(rr).astype(wide)
         e = np.floor(np.log2(np.maximum(mag, np.asarray(info.smallest_normal, wide))))
         ulp = np.ldexp(np.asarray(1.0, wide), (e - info.nmant).astype(int))
@@ -441,9 +441,28 @@ def ulp_error(y, ref, dtype):
     return err.astype(np.float64)
 
 
+def round_once(ref, dtype):
+    """``ref`` (float64 or longdouble, the exact value) rounded once to ``dtype``.
+
+    NumPy/ml_dtypes cast float64 to bfloat16, and longdouble to float16, through float32: a
+    second rounding (1 + 2^-8 + 2^-30 became 1, the even side of the tie its float32 rounding
+    lands on). Here such casts go through float64, then float32 rounded to odd (a float32
+    value whose last bit is set when inexact), from which one more rounding to at most 22 bits
+    is the correct one (float64's own rounding of a longdouble reference is far below that)."""
+    ref = np.asarray(ref)
+    if np.dtype(dtype).itemsize >= 4 or (np.dtype(dtype) == np.float16 and ref.dtype == np.float64):
+        return ref.astype(dtype)
+    r = ref.astype(np.float64)
+    with np.errstate(all="ignore"):
+        f = r.astype(np.float32)
+        step = (f.astype(np.float64) != r) & np.isfinite(f) & ((f.view(np.uint32) & 1) == 0)
+        f = np.where(step, np.nextafter(f, np.where(r > f, np.float32(np.inf), np.float32(-np.inf))), f)
+        return f.astype(dtype)
+
+
 def correctly_rounded(y, ref, dtype):
     """True where y equals the reference rounded once to ``dtype`` (NaN matches NaN)."""
-    rr = np.asarray(ref).astype(dtype)
+    rr = round_once(ref, dtype)
     y = np.asarray(y).astype(dtype)
     return (y == rr) | (np.isnan(y) & np.isnan(rr))
 

@@ -27,6 +27,7 @@ from mathlib_support import (
     NumpyMath,
     correctly_rounded,
     numba_kernel,
+    round_once,
     same_bits,
     sample_f32,
     sample_f64,
@@ -305,7 +306,10 @@ def test_half_results_rounded_once_from_float64(name, x, want):
 def test_half_types(name, dt, variant):
     """Every value of the type, computed in float32 and rounded once: misrounded only at
     near-ties, where the exact value lies within the float32 error of a tie. ``half``: knowing
-    the result is rounded to ``dt`` (m.result_bits: the cheaper algorithms of HALF_VARIANTS)."""
+    the result is rounded to ``dt`` (m.result_bits: the cheaper algorithms of HALF_VARIANTS).
+    The rate counts normal results: subnormal ones near 0 of x/2 + c x^2 (silu, gelu, ...) are
+    the documented tie class (x/2 a tie for odd subnormal x, the tail below float32's reach:
+    128 bf16 inputs), still held to <= 1 ulp and to lying at a tie."""
     if variant == "half" and name not in HALF_VARIANTS:
         pytest.skip("one algorithm for float32 and half results")
     case = CASES[name]
@@ -317,10 +321,12 @@ def test_half_types(name, dt, variant):
     ok = correctly_rounded(y, ref, npdt)
     err = ulp_error(y.astype(np.float64), ref, npdt)
     assert err.max() <= 1.0, f"{name} {dt}: {err.max():.3f} ulp"
-    assert ok.mean() >= 0.999, f"{name} {dt}: only {ok.mean():.4%} correctly rounded"
+    normal = np.abs(ref) >= float(ml_dtypes.finfo(npdt).smallest_normal)
+    rate = ok[normal].mean()
+    assert rate >= 0.999, f"{name} {dt}: only {rate:.4%} correctly rounded"
     bad = ~ok & np.isfinite(ref)
-    lo = np.minimum(y[bad].astype(np.float64), ref[bad].astype(npdt).astype(np.float64))
-    hi = np.maximum(y[bad].astype(np.float64), ref[bad].astype(npdt).astype(np.float64))
+    lo = np.minimum(y[bad].astype(np.float64), round_once(ref[bad], npdt).astype(np.float64))
+    hi = np.maximum(y[bad].astype(np.float64), round_once(ref[bad], npdt).astype(np.float64))
     mid = (lo + hi) / 2
     near = np.abs(ref[bad] - mid) <= np.maximum(np.abs(mid) * 2.0 ** -18, 2.0 ** -149)
     assert near.all(), f"{name} {dt}: misrounded away from a tie at x={x[bad][~near][:3]}"
@@ -544,8 +550,8 @@ def test_softplus_half_parameters(dt):
         assert err.max() <= 1.0, (beta, threshold, x[np.argmax(err)], err.max())
         assert ok.mean() >= 0.999, (beta, threshold, ok.mean())
         bad = ~ok
-        lo = np.minimum(y[bad].astype(np.float64), ref[bad].astype(npdt).astype(np.float64))
-        hi = np.maximum(y[bad].astype(np.float64), ref[bad].astype(npdt).astype(np.float64))
+        lo = np.minimum(y[bad].astype(np.float64), round_once(ref[bad], npdt).astype(np.float64))
+        hi = np.maximum(y[bad].astype(np.float64), round_once(ref[bad], npdt).astype(np.float64))
         mid = (lo + hi) / 2
         near = np.abs(ref[bad] - mid) <= np.maximum(np.abs(mid) * 2.0 ** -18, 2.0 ** -149)
         assert near.all(), (beta, threshold, x[bad][~near][:4])
