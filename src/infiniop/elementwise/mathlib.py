@@ -23,8 +23,8 @@ constants (:data:`_T`):
   >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
   so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu, gelu_tanh, softplus, log, log2, log10, log1p, atanh, erf, erfc and erfinv use plain
-  float32 versions (about half the operations, a degree-5 exp or a degree-7 log1p polynomial),
+  gelu, gelu_tanh, quickgelu, softplus, log, log2, log10, log1p, atanh, erf, erfc and erfinv
+  use plain float32 versions (about half the operations, a degree-5 exp or a degree-7 log1p polynomial),
   still correctly rounded except when the exact value lies within their float32 error (~2^-21)
   of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
@@ -1372,8 +1372,28 @@ def silu(m, x):
     return _keep_zero(m, x, _silu(m, x))
 
 
+def _quickgelu_half(m, x):
+    """x sigmoid(1.702 x) for fp16/bf16 results in plain float32, as silu's half path on
+    v = 1.702 x + vl (vl: the product's rounding error and 1.702's float32 error, carried into
+    t = exp(-|v|) as t (1 -+ vl); |v| up to 112 would otherwise move t by up to 2^-17.6).
+    x is limited to where |v| reaches exp's limit (-24 for fp16, sig_lo for bf16: below, the
+    result rounds to -0; above 24, to x), so that vl stays finite; x itself is the numerator for
+    x >= 0 (inf / 1 = inf)."""
+    ch = 1.7020000219345093                                # RN(1.702) in float32
+    lim = 24.0 if m.result_bits > 8 else -_consts(x).sig_lo
+    xc = _clamp(m, x, -lim / 1.702, 24.0)
+    v = xc * ch
+    vl = m.fma(xc, ch, -v) + xc * (1.702 - ch)
+    pos = v >= 0.0
+    _, t = _exp_neg_limited(m, -m.abs(v))
+    t = m.fma(t, m.where(pos, -vl, vl), t)
+    return m.where(pos, x, xc * t) / (t + 1.0)             # x = -0: -0 / 2
+
+
 def quickgelu(m, x, once=False):
     """``once``: see :func:`_f32_result` (the quickgelu operator's)."""
+    if _half_result(m, x):
+        return _quickgelu_half(m, x)
     if x.dtype == "f32":                                   # 1.702 x in float64: 2^-52
         return _over_one_plus_exp_f64(m, x, lambda xd: xd, -88.0, lambda xd: xd * 1.702,  # -150/1.702
                                       once)
