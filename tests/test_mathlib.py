@@ -293,9 +293,9 @@ def test_half_results_rounded_once_from_float64(name, x, want):
     """The operators' fp16 results whose exact value lies within float32's rounding of an
     fp16 tie (values from mpmath at 150 bits): float64 -> float32 -> fp16 by round to nearest
     twice gave the even neighbour (erf, erfc and quickgelu were each wrong on 1-2 of the 63,488
-    finite fp16 inputs that way). quickgelu hands the float64 value to the store (``once``),
-    which rounds it once; erfc's float32 half path rounds 1 - erf(x) to odd; erf's happens to
-    round these right (it misrounds 4 other near-ties, test_half_types)."""
+    finite fp16 inputs that way). erfc's float32 half path rounds 1 - erf(x) to odd; erf's and
+    quickgelu's happen to round these right (they misround 2 and 1 other near-ties,
+    test_half_types)."""
     y = getattr(infiniop, name)(np.array([x], np.float16))
     assert y.dtype == np.float16 and float(y[0]) == want
 

@@ -471,17 +471,6 @@ def _pow2i(m, k):
     return m.bitcast((k + 127) << 23, "f32")
 
 
-def _f32_result(m, v, x, once):
-    """The result of float32 ``x`` from its float64 value ``v``: rounded to float32, or, with
-    ``once`` (an operator's whole result) where the framework rounds to fp16/bf16, ``v`` itself:
-    the store rounds a float64 value once (through float32 rounded to odd). Rounding to nearest
-    in float32 first is a second rounding: fp16 erfc(-0.000433) came out 1 where 1 + 2^-10 is
-    right (the value a hair above the midpoint 1 + 2^-11, rounded onto it in float32). Rounded
-    to odd inside the expression instead, the longer body changed the CPU's loop fission and
-    cost 1.3-1.9x (quickgelu, erf fp16 8M)."""
-    return v if once and _half_result(m, x) else m.cast(v, "f32")
-
-
 def _to_odd(m, s, e, zero=True):
     """s + e (e exact, |e| <= ulp(s) / 2) rounded to odd: truncated toward zero and the last
     bit set when inexact, so that one more rounding to at most p - 2 bits is the correct
@@ -999,7 +988,7 @@ def _exp_f64_lowacc(m, x):
     return p * m.bitcast(bits, "f64")
 
 
-def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None, once=False):
+def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None):
     """numer(x) / (1 + exp(-v(x))) for float32 x (v(x) = x unless given), in float64 and
     rounded once: ~2^-34 before that rounding (the exp polynomial), so float32 results are
     correctly rounded but for ~0.1% within that of a tie, subnormal ones included; half the
@@ -1014,7 +1003,7 @@ def _over_one_plus_exp_f64(m, x, numer, lo=-150.0, v=None, once=False):
     moved 13 (silu) to 227 (sigmoid) of the 2^32 results, mostly away from the correct one."""
     xd = m.cast(_at_least(m, x, lo), "f64")
     p, e = _exp_neg_f64(m, _at_most(m, xd if v is None else v(xd), 20.0))
-    return _f32_result(m, numer(xd) / m.fma(p, e, e + 1.0), x, once)   # 1 + 2^n (1 + p)
+    return m.cast(numer(xd) / m.fma(p, e, e + 1.0), "f32")   # 1 + 2^n (1 + p)
 
 
 def _recip_f64(m, d):
@@ -1390,13 +1379,11 @@ def _quickgelu_half(m, x):
     return m.where(pos, x, xc * t) / (t + 1.0)             # x = -0: -0 / 2
 
 
-def quickgelu(m, x, once=False):
-    """``once``: see :func:`_f32_result` (the quickgelu operator's)."""
+def quickgelu(m, x):
     if _half_result(m, x):
         return _quickgelu_half(m, x)
     if x.dtype == "f32":                                   # 1.702 x in float64: 2^-52
-        return _over_one_plus_exp_f64(m, x, lambda xd: xd, -88.0, lambda xd: xd * 1.702,  # -150/1.702
-                                      once)
+        return _over_one_plus_exp_f64(m, x, lambda xd: xd, -88.0, lambda xd: xd * 1.702)  # -150/1.702
     return _keep_zero(m, x, _quickgelu(m, x))
 
 

@@ -2,7 +2,6 @@
 at create are keyword parameters named as in its C headers). fp16/bf16 are computed in float32
 and rounded once; the math functions come from mathlib.py."""
 
-from ..elementwise import mathlib
 from ..elementwise.operator import elementwise
 from ..elementwise.spec import FLOATS, Operand, Param, split_last
 
@@ -15,7 +14,7 @@ GELU = elementwise("gelu", ("input",), FLOATS, lambda m, x: m.gelu(x),
 GELUTANH = elementwise(
     "gelutanh", ("x",), FLOATS, lambda m, x: m.gelu_tanh(x),
     outputs=("y",), doc="y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))")
-QUICKGELU = elementwise("quickgelu", ("x",), FLOATS, lambda m, x: mathlib.quickgelu(m, x, once=True),
+QUICKGELU = elementwise("quickgelu", ("x",), FLOATS, lambda m, x: m.quickgelu(x),
                         outputs=("y",), doc="y = x * sigmoid(1.702 x)")
 HARDSWISH = elementwise("hardswish", ("input",), FLOATS, lambda m, x: m.hardswish(x),
                         outputs=("output",), doc="output = x * min(max(x + 3, 0), 6) / 6")
