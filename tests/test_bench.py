@@ -107,19 +107,22 @@ def test_math_peers_agree_within_ulps_not_beyond():
 
 
 def test_math_cases_agree_with_their_peers():
-    """Tolerant agreement (gelu: torch cancels for x < -3), bool output (equal), a NumPy peer in
-    float16 (tanh)."""
+    """Tolerant agreement (gelu: torch cancels for x < -3), bool output (equal), NumPy peers in
+    float16 and bfloat16 (tanh, atanh, log10), inputs within the domain (atanh, erfinv, log10),
+    a composed torch peer (quickgelu)."""
     pytest.importorskip("torch")
     from infiniop.bench.suite import _math
 
-    picked = [("gelu", "bfloat16"), ("tanh", "float16"), ("equal", "float16")]
+    picked = [("gelu", "bfloat16"), ("tanh", "float16"), ("equal", "float16"),
+              ("atanh", "float16"), ("erfinv", "bfloat16"), ("quickgelu", "float32"),
+              ("erfc", "float16"), ("log10", "bfloat16")]
     records, text = _run(cases=[_math(op, dt, 4096, 1) for op, dt in picked])
     cases = records[1:]
     assert [(c["op"], c["dtype"]) for c in cases] == picked
     for c in cases:
         assert "error" not in c, c
         assert {"infiniop", "infiniop.fn", "torch"} <= set(c["impls"])
-        assert ("numpy" in c["impls"]) == (c["op"] != "gelu")
+        assert ("numpy" in c["impls"]) == (c["op"] in ("tanh", "equal", "atanh", "log10"))
     assert "gelu bfloat16 contiguous 4096" in text
 
 

@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--quick", action="store_true", help="a small suite (under a minute, warm cache)")
     b.add_argument("--op", action="append", default=[],
                    help="sub, add, mul, clip, rearrange, rms_norm, add_rms_norm, layer_norm, softmax, "
-                   "causal_softmax, logsoftmax, rope, silu, gelu, gelutanh, sigmoid, tanh, softplus, "
-                   "hardswish, hardtanh, erf, log1p, reciprocal, swiglu, equal, addcmul")
+                   "causal_softmax, logsoftmax, rope, silu, gelu, gelutanh, quickgelu, sigmoid, "
+                   "tanh, softplus, hardswish, hardtanh, erf, erfc, erfinv, atanh, log1p, log10, "
+                   "reciprocal, swiglu, equal, addcmul")
     b.add_argument("--dtype", action="append", default=[], help="float32, float16, bfloat16, float64")
     b.add_argument("--layout", action="append", default=[],
                    help="contiguous, scalar_bcast, numpy_bcast, transposed, strided_out, "

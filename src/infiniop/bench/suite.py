@@ -38,8 +38,9 @@ ROW_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (4e-3, 2e-3), "bfloat16": (
 QUICK_SIZES = (1 << 12, 1 << 20, 1 << 25)
 QUICK_LAYOUT_SIZE = 1 << 22  # 2048 x 2048: the 2-D layouts in --quick
 # elementwise catalogue operators with a torch peer (and a NumPy one where NumPy has the function)
-MATH_OPS = ("silu", "gelu", "gelutanh", "sigmoid", "tanh", "softplus", "hardswish", "hardtanh",
-            "erf", "log1p", "reciprocal", "swiglu", "equal", "addcmul")
+MATH_OPS = ("silu", "gelu", "gelutanh", "quickgelu", "sigmoid", "tanh", "softplus", "hardswish",
+            "hardtanh", "erf", "erfc", "erfinv", "atanh", "log1p", "log10", "reciprocal", "swiglu",
+            "equal", "addcmul")
 MATH_SIZES = (1 << 20, 1 << 25)
 QUICK_MATH_CASES = {("silu", "float32"), ("gelu", "bfloat16"), ("tanh", "float16")}
 # Ours are correctly rounded (max 1 ulp in float32), the peers are not: a peer agrees when
@@ -367,11 +368,11 @@ def _offset_from(x: np.ndarray, shift: int, shape, dtype) -> np.ndarray:
 
 def _math(op: str, dtype: str, size: int, threads: int, layout: str = "contiguous") -> Case:
     """An elementwise catalogue operator (1-D) through the descriptor and the functional front
-    end with ``out=``, against torch's ``out=`` kernels (composed for swiglu, which torch lacks)
-    and NumPy's ufunc where NumPy has one. ``layout`` "offset_out": every implementation's
-    output starts 32 bytes past the input (mod 4096), where a load can wait for an unrelated
-    older store to the same low 12 address bits (4K aliasing; see the CPU backend's
-    ``staged_loop``)."""
+    end with ``out=``, against torch's ``out=`` kernels (composed for swiglu and quickgelu,
+    which torch lacks) and NumPy's ufunc where NumPy has one. ``layout`` "offset_out": every
+    implementation's output starts 32 bytes past the input (mod 4096), where a load can wait
+    for an unrelated older store to the same low 12 address bits (4K aliasing; see the CPU
+    backend's ``staged_loop``)."""
     import infiniop as ip
 
     spec = getattr(ip, op)
@@ -383,8 +384,10 @@ def _math(op: str, dtype: str, size: int, threads: int, layout: str = "contiguou
         rng = np.random.default_rng(0)
         npdt = as_dtype(dtype).numpy
         ins = tuple(_random((size,), dtype, rng) for _ in range(arity))
-        if op == "log1p":
-            np.abs(ins[0], out=ins[0])  # its domain is x > -1
+        if op in ("log1p", "log10"):
+            np.abs(ins[0], out=ins[0])  # their domains: x > -1, x > 0
+        if op in ("atanh", "erfinv"):
+            ins[0][...] = np.tanh(ins[0].astype(np.float32)).astype(npdt)  # in [-1, 1]
         if op == "equal":
             ins[1][::2] = ins[0][::2]  # half the elements equal
         out_dt = np.bool_ if op == "equal" else npdt
@@ -398,8 +401,8 @@ def _math(op: str, dtype: str, size: int, threads: int, layout: str = "contiguou
         if op == "hardtanh":
             lo, hi = npdt.type(-1.0), npdt.type(1.0)
             impls["numpy"] = lambda: np.clip(x, lo, hi, out=outs["numpy"])
-        elif op in ("tanh", "log1p", "reciprocal", "equal"):
-            ufunc = getattr(np, op)
+        elif op in ("tanh", "log1p", "log10", "atanh", "reciprocal", "equal"):
+            ufunc = getattr(np, {"atanh": "arctanh"}.get(op, op))
 
             def numpy_peer():
                 with np.errstate(over="ignore"):  # float16 1/x of a subnormal is inf, rightly
@@ -418,8 +421,13 @@ def _math(op: str, dtype: str, size: int, threads: int, layout: str = "contiguou
                 "softplus": lambda: aten.softplus.out(t[0], 1.0, 20.0, out=tout),
                 "hardswish": lambda: aten.hardswish.out(t[0], out=tout),
                 "hardtanh": lambda: aten.hardtanh.out(t[0], -1.0, 1.0, out=tout),
+                "quickgelu": lambda: torch.mul(t[0], torch.sigmoid(t[0] * 1.702), out=tout),
                 "erf": lambda: torch.erf(t[0], out=tout),
+                "erfc": lambda: torch.erfc(t[0], out=tout),
+                "erfinv": lambda: torch.erfinv(t[0], out=tout),
+                "atanh": lambda: torch.atanh(t[0], out=tout),
                 "log1p": lambda: torch.log1p(t[0], out=tout),
+                "log10": lambda: torch.log10(t[0], out=tout),
                 "reciprocal": lambda: torch.reciprocal(t[0], out=tout),
                 "swiglu": lambda: torch.mul(t[0], aten.silu(t[1]), out=tout),
                 "equal": lambda: torch.eq(t[0], t[1], out=tout),

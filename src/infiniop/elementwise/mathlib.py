@@ -564,18 +564,17 @@ def _hardswish(m, x):
     Near 0 the value is x/2 plus a positive tail x^2/6 that float32 may not hold: where the
     result is x/2 exactly, it is rounded to odd for fp16/bf16 results (x/2 is a tie for every
     odd subnormal x: fp16 x = 2^-24 gives 2^-25 + 2^-48/6, which rounds up to 2^-24, not to the
-    even 0; bf16 had 128 such inputs), and for float32 rounded up where x/2 is not a float32
-    (x an odd subnormal). x is not clamped: beyond (-3, 3) the selects at the end decide (NaN
-    and infinities in the unused lanes; 4 operations fewer)."""
-    xc = x
-    sh, se = _fast_two_sum(_c(m, 3.0, x), xc)
-    ph, pe = _two_prod(m, xc, sh)
-    q = ph / 6.0
-    rem = m.fma(-q, 6.0, ph) + m.fma(xc, se, pe)
-    y = m.fma(rem, 1.0 / 6.0, q)
+    even 0; bf16 had 128 such inputs), and for float32/float64 results rounded up where x/2 is
+    not representable (x an odd subnormal). x is not clamped: beyond (-3, 3) the selects at the
+    end decide (NaN and infinities in the unused lanes; 4 operations fewer)."""
     T = _consts(x)
+    sh, se = _fast_two_sum(_c(m, 3.0, x), x)
+    ph, pe = _two_prod(m, x, sh)
+    q = ph / 6.0
+    rem = m.fma(-q, 6.0, ph) + m.fma(x, se, pe)
+    y = m.fma(rem, 1.0 / 6.0, q)
     if _half_result(m, x):       # x/2 + tail rounded to odd: -1 on the magnitude if negative
-        h = xc * 0.5
+        h = x * 0.5
         hb = m.bitcast(h, T.int)
         y = m.where(m.eq(y, h), m.bitcast((hb + (hb >> (T.width - 1))) | 1, x.dtype), y)
     else:                        # odd subnormal x: x/2 + tail rounds up, (x + 1 ulp) / 2 exactly
