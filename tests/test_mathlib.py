@@ -264,7 +264,8 @@ def test_float32(name):
 F32_CR = {"exp_nonpositive": 0.88}
 # cheaper for fp16/bf16 results
 HALF_VARIANTS = ["silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "softplus", "log", "log2", "log10",
-                 "log1p", "exp_nonpositive", "erf", "erfc", "atanh", "erfinv", "quickgelu"]
+                 "log1p", "exp_nonpositive", "erf", "erfc", "atanh", "erfinv", "quickgelu",
+                 "exp", "exp2", "expm1"]
 PIPELINE_HALF = list(CASES) if LONG else ["silu", "erfinv"]
 
 

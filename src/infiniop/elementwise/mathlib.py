@@ -22,11 +22,11 @@ constants (:data:`_T`):
   :func:`_over_one_plus_exp_f64`), are computed in float64 and rounded once (<= 0.506 ulp,
   >= 99.95% correctly rounded, fewer operations than the double-float steps).
 - fp16/bf16 results: computed in float32 and rounded once by the framework. When the trace says
-  so (``m.result_bits`` <= 11: the significand bits of the stored type), silu, sigmoid, tanh,
-  gelu, gelu_tanh, quickgelu, softplus, log, log2, log10, log1p, atanh, erf, erfc and erfinv
-  use plain float32 versions (about half the operations, a degree-5 exp or a degree-7 log1p polynomial),
-  still correctly rounded except when the exact value lies within their float32 error (~2^-21)
-  of a half-type tie.
+  so (``m.result_bits`` <= 11: the significand bits of the stored type), exp, exp2, expm1,
+  silu, sigmoid, tanh, gelu, gelu_tanh, quickgelu, softplus, log, log2, log10, log1p, atanh,
+  erf, erfc and erfinv use plain float32 versions (about half the operations, a degree-5 exp
+  or a degree-7 log1p polynomial), still correctly rounded except when the exact value lies
+  within their float32 error (~2^-21) of a half-type tie.
 - "f64": the same algorithms with float64 constants: max error <= 0.95 ulp, >= 96% correctly
   rounded.
 At +-inf the functions give their limits (silu(-inf) = -0, gelu(+inf) = inf, hardswish(-inf) =
@@ -252,6 +252,9 @@ def _expm1_core(m, x, reduced=None):
 def exp(m, x):
     T = _consts(x)
     xc = _clamp(m, x, T.exp_lo, T.exp_hi)
+    if _half_result(m, x):
+        t, p = _expm1_plain(m, xc)
+        return _scale(m, p + 1.0, t, xc > 0.0)
     t, s, sl = _exp_core(m, xc)
     return _scale(m, s + sl, t, xc > 0.0)
 
@@ -270,7 +273,7 @@ def exp_nonpositive(m, x):
     nf = t - T.magic
     r = m.fma(nf, -T.ln2_lo, m.fma(nf, -T.ln2_hi, xc))     # the first fma is exact
     if _half_result(m, x):
-        p = m.fma(r * r, m.fma(r, _horner(m, r, _HALF_EXP_B), 0.5), r)
+        p = _half_expm1_poly(m, r)
     else:                                                  # r + r^2/2 + r^3/2 P(r)
         p = m.fma(r * r, m.fma(r * 0.5, _horner(m, r, T.exp_p), 0.5), r)
     return ((p + 1.0) * _pow2(m, t, T.scale_split, x)) * 2.0 ** -T.scale_split
@@ -279,6 +282,11 @@ def exp_nonpositive(m, x):
 def exp2(m, x):
     T = _consts(x)
     xc = _clamp(m, x, T.exp2_lo, T.exp2_hi)
+    if _half_result(m, x):                                 # x = n + f exactly, f ln2 rounded
+        t = xc + T.magic
+        f = xc - (t - T.magic)
+        p = _half_expm1_poly(m, m.fma(f, T.ln2_hi, f * T.ln2_lo))
+        return _scale(m, p + 1.0, t, xc > 0.0)
     t, s, sl = _exp_core(m, None, reduced=_exp2_reduce(m, xc))
     return _scale(m, s + sl, t, xc > 0.0)
 
@@ -286,6 +294,10 @@ def exp2(m, x):
 def expm1(m, x):
     T = _consts(x)
     xc = _clamp(m, x, T.expm1_lo, T.exp_hi)
+    if _half_result(m, x):                                 # 2 (S (1 + p) - 1/2), S = 2^(n-1)
+        t, p = _expm1_plain(m, xc)
+        S = _pow2(m, t, -1, x)
+        return m.where(m.abs(x) < T.expm1_tiny, x, m.fma(S, p, S - 0.5) * 2.0)
     t, u, ul = _expm1_core(m, xc)
     # expm1(x) / 2 = S (1 + u + ul) - 1/2 with S = 2^(n-1) (no overflow at the top)
     S = _pow2(m, t, -1, x)
@@ -706,10 +718,13 @@ def _expm1_plain(m, x, precise=False):
     nf = t - T.magic
     r = m.fma(nf, -T.ln2_lo, m.fma(nf, -T.ln2_hi, x))
     if precise:                                            # 1 + r + r^2/2 + r^3/2 P(r)
-        q = m.fma(r * 0.5, _horner(m, r, T.exp_p), 0.5)
-    else:
-        q = m.fma(r, _horner(m, r, _HALF_EXP_B), 0.5)
-    return t, m.fma(r * r, q, r)
+        return t, m.fma(r * r, m.fma(r * 0.5, _horner(m, r, T.exp_p), 0.5), r)
+    return t, _half_expm1_poly(m, r)
+
+
+def _half_expm1_poly(m, r):
+    """exp(r) - 1 = r + r^2 (1/2 + r B(r)) for |r| <= ln2/2, plain float32 (2^-21.9)."""
+    return m.fma(r * r, m.fma(r, _horner(m, r, _HALF_EXP_B), 0.5), r)
 
 
 def _exp_neg_plain(m, a):
