@@ -799,18 +799,20 @@ _F32_ERF_W = (  # erf(x) = x P(x^2 - 4.5), |x| <= 3: 2^-25.4 (float32 evaluation
 )
 
 
-def _erf_half(m, x, complement):
-    """erf(x) or erfc(x) for fp16/bf16 results, in plain float32 (~2^-22).
+def _erf_half(m, x):
+    """erf for fp16/bf16 results in plain float32: one polynomial, x P(x^2 - 4.5) for |x| <= 3
+    (2^-22; x^2 is exact: half inputs have at most 11 bits; beyond 3, erf(3) rounds to +-1 as
+    erf does)."""
+    xc = _clamp(m, x, -3.0, 3.0)
+    return xc * _horner(m, m.fma(xc, xc, -4.5), _F32_ERF_W)
 
-    erf: one polynomial, x P(x^2 - 4.5) for |x| <= 3 (x^2 is exact: half inputs have at most
-    11 bits; beyond 3, erf(3) rounds to +-1 as erf does). erfc: 1 - x P4(x^2) for |x| < 0.75
-    (rounded to odd: near 1 the float32 difference would round the last bits of the small term
-    onto an fp16 tie, erfc(-0.000433)); else erfc(z) = exp(-z^2) v G(v - VC), v = 1/(z + 3),
-    z = |x| (gelu's half path's G), 2 - erfc(z) for x < 0, and z limited to 4.5, or to 10 for
-    bf16 results: their tiny values keep exp(-z^2) 2^s normal and are scaled by 2^-s last."""
-    if not complement:
-        xc = _clamp(m, x, -3.0, 3.0)
-        return xc * _horner(m, m.fma(xc, xc, -4.5), _F32_ERF_W)
+
+def _erfc_half(m, x):
+    """erfc for fp16/bf16 results in plain float32 (~2^-22): 1 - x P4(x^2) for |x| < 0.75,
+    rounded to odd (near 1 the float32 difference would round the last bits of the small term
+    onto an fp16 tie: erfc(-0.000433)); else erfc(z) = exp(-z^2) v G(v - VC), v = 1/(z + 3),
+    z = |x| (gelu's half path's G), 2 - erfc(z) for x < 0. z is limited to 4.5, or to 10 for
+    bf16 results, whose tiny values keep exp(-z^2) 2^s normal and are scaled by 2^-s last."""
     T = _consts(x)
     scaled = m.result_bits <= 8
     z = m.abs(x)
@@ -1070,7 +1072,7 @@ def _erfc_scaled_f64(m, z, z2):
 
 def erf(m, x):
     if _half_result(m, x):
-        return _erf_half(m, x, False)
+        return _erf_half(m, x)
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
         ax = m.abs(xd)
@@ -1082,7 +1084,7 @@ def erf(m, x):
 
 def erfc(m, x):
     if _half_result(m, x):
-        return _erf_half(m, x, True)
+        return _erfc_half(m, x)
     if x.dtype == "f32":
         xd = m.cast(x, "f64")
         ax = m.abs(xd)
