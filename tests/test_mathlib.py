@@ -85,14 +85,8 @@ def _hardswish(xp):
     def ref(x):
         x = np.asarray(x).astype(xp)
         with np.errstate(invalid="ignore", over="ignore"):
-            r = x * np.clip(x + 3, 0, 6) / 6
-            # near 0 the value is x/2 + x^2/6, the tail below xp's resolution of x/2: the exact
-            # value lies between x/2 and the next xp number up, which rounds as it does (x/2 is
-            # a tie of the result type for odd subnormal x)
-            lost = (x != 0) & (np.abs(x) < 1e-3) & (x / 2 + x * x / 6 == x / 2)
-            return np.where(np.isneginf(x), xp(-0.0),
-                            np.where(lost, np.nextafter(x / 2, xp(np.inf)), r))
-    return ref
+            return np.where(np.isneginf(x), xp(-0.0), x * np.clip(x + 3, 0, 6) / 6)
+    return _half_x_tail(ref, xp)                          # x/2 + x^2/6 near 0
 
 
 def _gelu(x):
