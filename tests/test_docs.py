@@ -12,7 +12,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MODULES = ["infiniop.status", "infiniop.dtype", "infiniop.tensor", "infiniop.handle", "infiniop.memory",
            "infiniop.elementwise.operator", "infiniop.elementwise.descriptor",
-           "infiniop.rows.operator", "infiniop.rows.descriptor", "infiniop.rows.rope"]
+           "infiniop.rows.operator", "infiniop.rows.descriptor", "infiniop.rows.rope",
+           "infiniop.rearrange.functional"]
 
 
 def _readme_blocks() -> list[str]:

@@ -41,7 +41,7 @@ from infiniop import TensorDescriptor as TD
 from infiniop.elementwise import functional
 from infiniop.rearrange import copy_, create_rearrange_descriptor, pattern, rearrange
 
-REARRANGE = sys.modules["infiniop.rearrange"]  # the package (infiniop.rearrange is the function)
+REARRANGE = sys.modules["infiniop.rearrange.functional"]  # (infiniop.rearrange is the function)
 
 LONG = os.environ.get("INFINIOP_LONG") == "1"
 STEADY_BOUND = 6 << 20  # bytes; see the module docstring

@@ -61,10 +61,10 @@ def _emit(record: dict) -> None:
 def route_cpu_to(device: str):
     """Make every place that opens the CPU handle get a Triton handle instead."""
     import infiniop
-    import infiniop.rearrange as rearrange
     from infiniop import device as devmod
     from infiniop.elementwise import functional
     from infiniop.handle import create_handle as real
+    from infiniop.rearrange import functional as rearrange  # (infiniop.rearrange: the function)
 
 
     handle = real(device)
@@ -79,10 +79,9 @@ def route_cpu_to(device: str):
     infiniop.create_handle = create_handle
     functional._handle = handle
     functional.clear_cache()
-    if hasattr(rearrange, "_HANDLE"):
-        rearrange._HANDLE = handle
-    if hasattr(rearrange, "_COPIES"):
-        rearrange._COPIES.clear()
+    rearrange._HANDLE = handle
+    rearrange._COPIES.clear()
+    rearrange._PLANS.clear()
     return handle
 
 

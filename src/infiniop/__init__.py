@@ -4,6 +4,7 @@ The public API is re-exported here; see README.md for the descriptor contract.
 """
 
 from . import ops as _ops
+from . import rearrange as _rearrange_package  # noqa: F401 (see below)
 from ._version import __version__ as __version__
 from .device import Device, Handle
 from .dtype import (
@@ -34,9 +35,13 @@ from .elementwise import (
 )
 from .handle import create_handle
 from .memory import empty_aligned
-from .rearrange import copy_, create_rearrange_descriptor, rearrange
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
+
+# ``infiniop.rearrange`` is the function (loaded on first use, below); its package was imported
+# above (it is cheap: its names load on first use) and its name is dropped here, so that no
+# later import of ``infiniop.rearrange.<module>`` can bind the package over the function
+del globals()["rearrange"]
 
 # Every built-in operator: the functional form ``infiniop.<op>(...)`` (the operator object itself)
 # and the descriptor API ``infiniop.create_<op>_descriptor(handle, *tensor_descs, **scalars)``.
@@ -50,6 +55,8 @@ _OPERATOR_MODULES |= {name: ("rows.ops", name.upper()) for name in _ROW_OPERATOR
 _LAZY = {
     "RowDescriptor": ("rows", "RowDescriptor"), "RowSpec": ("rows", "RowSpec"),
     "row_operator": ("rows", "row_operator"),
+    "rearrange": ("rearrange.functional", "rearrange"), "copy_": ("rearrange.functional", "copy_"),
+    "create_rearrange_descriptor": ("rearrange.descriptor", "create_rearrange_descriptor"),
     "rope": ("rows.rope", "rope"), "create_rope_descriptor": ("rows.rope", "create_rope_descriptor"),
     **_OPERATOR_MODULES,
     **{f"create_{name}_descriptor": (*where, "create_descriptor")
