@@ -192,20 +192,11 @@ class _Gen:
         e("        r1 = min(rows, (t + 1) * per_task)")
         e("        for r in range(t * per_task, r1):")
         I = "            "
-        e(f"{I}rem = r")
         for j in range(self.ns):
             e(f"{I}g{j} = 0")
         e(f"{I}ci = 0")
-        e(f"{I}for d in range(nd - 1, -1, -1):")
-        e(f"{I}    ext = shape[d]")
-        e(f"{I}    idx = rem % ext")
-        e(f"{I}    rem //= ext")
-        for j in range(self.ns):
-            if self.kinds[j] != "col":
-                e(f"{I}    g{j} += idx * strides[{j}, d]")
-        if p.causal:
-            e(f"{I}    if d == nd - 1:")
-            e(f"{I}        ci = idx")
+        self.row_offsets(I, "r", [j for j in range(self.ns) if self.kinds[j] != "col"], "g",
+                         p.causal)
         self.pointers(I)
         self.next_row_pointers(I)
         if p.causal:  # lanes beyond the row's v elements would only combine identities
@@ -220,51 +211,15 @@ class _Gen:
         k0 = 0
         for s, stage in enumerate(p.stages):
             roots = [r.expr for r in stage]
-            for k in range(k0, k0 + len(stage)):
-                e(f"{I}for l in range(lv):")
-                e(f"{I}    acc{k}[l] = {_const(IDENTITY[self.reds[k].op], self.reds[k].dtype)}")
             roots, inames = self.hoisted(I, roots, names, f"h{s}_")
             ks = range(k0, k0 + len(stage))
             maxes = [k for k in ks if self.reds[k].op == "max"]
-            e(f"{I}for c0 in range(0, v, lp):")
-            self.max_chunks(I + "    ", maxes, "start")
-            if s == self.prefetch_stage():
-                # blocks of the chunk, each first asking for its lines of the next row: the
-                # same lanes in the same order
-                e(f"{I}    m = min(lp, v - c0)")
-                e(f"{I}    for b0 in range(0, m, {_BLOCK}):")
-                self.prefetch_next(I + "        ", "c0 + b0", f"min(c0 + b0 + {_BLOCK}, v)")
-                # the block's lanes through pointers: ``acc[b0 + l]`` would be an index the
-                # compiler cannot prove >= 0 (wrapped, so gathered and scattered, not vectorised)
-                for k in ks:  # (sums only: see prefetch_stage)
-                    if k not in maxes:
-                        T = NP[self.reds[k].dtype]
-                        isz = 8 if self.reds[k].dtype == "f64" else 4
-                        e(f"{I}        pa{k} = address_as_pointer(acc{k}.ctypes.data + b0 * {isz}, {T})")
-                e(f"{I}        for l in range(min({_BLOCK}, m - b0)):")
-                J = I + "            "
-                e(f"{J}j = c0 + b0 + l")
-                acc = "pa{k}"
+            if s != self.prefetch_stage():
+                self.single_chunk(I, s, stage, k0, roots, inames, consts)
+                e(f"{I}else:")
+                self.chunk_loop(I + "    ", s, stage, k0, roots, inames, consts)
             else:
-                e(f"{I}    for l in range(min(lp, v - c0)):")
-                J = I + "        "
-                e(f"{J}j = c0 + l")
-                acc = "acc{k}"
-            self.loads(J, _used(roots, p.nelem), lambda j: True)
-            lines, outs = self.render(roots, inames, f"s{s}_", consts)
-            for line in lines:
-                e(J + line)
-            for i, r in enumerate(stage):
-                k = k0 + i
-                if k in maxes:
-                    e(f"{J}dst{k}[l] = {self.combine(k, f'src{k}[l]', outs[i])}")
-                else:
-                    a = acc.format(k=k)
-                    e(f"{J}{a}[l] = {self.combine(k, f'{a}[l]', outs[i])}")
-                if r.cached:
-                    e(f"{J}pcache[j] = {outs[i]}")
-            self.max_chunks(I + "    ", maxes, "end")
-            self.max_chunks(I, maxes, "result")
+                self.chunk_loop(I, s, stage, k0, roots, inames, consts)
             for k in ks:
                 a = f"res{k}" if k in maxes else f"acc{k}"
                 self.halve(I, k, a)
@@ -283,6 +238,86 @@ class _Gen:
         if self.stream:  # once per task: the rows' non-temporal stores drain meanwhile
             e("        if cfg:")
             e("            sfence()")
+
+    def chunk_loop(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
+                   consts: dict[str, str]) -> None:
+        """Stage ``s`` over a row of any length: its lanes start as identities and take the
+        row chunk by chunk (L elements each), in the order the contract fixes."""
+        e, p = self.e, self.p
+        ks = range(k0, k0 + len(stage))
+        maxes = [k for k in ks if self.reds[k].op == "max"]
+        for k in ks:
+            e(f"{I}for l in range(lv):")
+            e(f"{I}    acc{k}[l] = {self.identity(k)}")
+        e(f"{I}for c0 in range(0, v, lp):")
+        self.max_chunks(I + "    ", maxes, "start")
+        if s == self.prefetch_stage():
+            # blocks of the chunk, each first asking for its lines of the next row: the
+            # same lanes in the same order
+            e(f"{I}    m = min(lp, v - c0)")
+            e(f"{I}    for b0 in range(0, m, {_BLOCK}):")
+            self.prefetch_next(I + "        ", "c0 + b0", f"min(c0 + b0 + {_BLOCK}, v)")
+            # the block's lanes through pointers: ``acc[b0 + l]`` would be an index the
+            # compiler cannot prove >= 0 (wrapped, so gathered and scattered, not vectorised)
+            for k in ks:  # (sums only: see prefetch_stage)
+                if k not in maxes:
+                    T = NP[self.reds[k].dtype]
+                    isz = 8 if self.reds[k].dtype == "f64" else 4
+                    e(f"{I}        pa{k} = address_as_pointer(acc{k}.ctypes.data + b0 * {isz}, {T})")
+            e(f"{I}        for l in range(min({_BLOCK}, m - b0)):")
+            J = I + "            "
+            e(f"{J}j = c0 + b0 + l")
+            acc = "pa{k}"
+        else:
+            e(f"{I}    for l in range(min(lp, v - c0)):")
+            J = I + "        "
+            e(f"{J}j = c0 + l")
+            acc = "acc{k}"
+        self.loads(J, _used(roots, p.nelem), lambda j: True)
+        lines, outs = self.render(roots, inames, f"s{s}_", consts)
+        for line in lines:
+            e(J + line)
+        for i, r in enumerate(stage):
+            k = k0 + i
+            if k in maxes:
+                e(f"{J}dst{k}[l] = {self.combine(k, f'src{k}[l]', outs[i])}")
+            else:
+                a = acc.format(k=k)
+                e(f"{J}{a}[l] = {self.combine(k, f'{a}[l]', outs[i])}")
+            if r.cached:
+                e(f"{J}pcache[j] = {outs[i]}")
+        self.max_chunks(I + "    ", maxes, "end")
+        self.max_chunks(I, maxes, "result")
+
+    def single_chunk(self, I: str, s: int, stage, k0: int, roots, names: list[str],
+                     consts: dict[str, str]) -> None:
+        """Stage ``s`` of a row of at most L elements (``if v <= lp:``, one chunk): each lane
+        holds at most one element, so the lanes take the elements themselves and identities
+        after them (``identity op x`` is x bit for bit: -0.0 + x and max(-inf, x)), without the
+        chunk loop's identity fill, pointers and divisions. Short rows (softmax over 16-64
+        columns) spent most of their time in those."""
+        e, p = self.e, self.p
+        J = I + "        "
+        e(f"{I}if v <= lp:")
+        e(f"{I}    for l in range(v):")
+        e(f"{J}j = l")
+        self.loads(J, _used(roots, p.nelem), lambda j: True)
+        lines, outs = self.render(roots, names, f"f{s}_", consts)
+        for line in lines:
+            e(J + line)
+        for i, r in enumerate(stage):
+            e(f"{J}acc{k0 + i}[l] = {outs[i]}")
+            if r.cached:
+                e(f"{J}pcache[j] = {outs[i]}")
+        e(f"{I}    for l in range(v, lv):")
+        for k in range(k0, k0 + len(stage)):
+            e(f"{J}acc{k}[l] = {self.identity(k)}")
+        for k in range(k0, k0 + len(stage)):
+            if self.reds[k].op == "max":  # the lanes the halving reads (see max_chunks)
+                e(f"{I}    res{k} = address_as_pointer(acc{k}.ctypes.data, {NP[self.reds[k].dtype]})")
+
+    def identity(self, k: int) -> str:
+        return _const(IDENTITY[self.reds[k].op], self.reds[k].dtype)
 
     def max_chunks(self, I: str, maxes: list[int], part: str) -> None:
         """A maximum's lanes alternate between the two halves of ``acc<k>``: chunk c reads
@@ -371,20 +406,37 @@ class _Gen:
             fn = "prefetch_l2" if self.isz[j] >= 4 else "prefetch"
             e(f"{I}        {fn}(qn{j}, jp)")
 
+    def row_offsets(self, I: str, row: str, slots: list[int], g: str, causal: bool = False):
+        """``<g><j>`` += the element offset of row ``row`` in each of ``slots`` (and ``ci``, the
+        row's index in its matrix, when ``causal``): one multiply where the rows span a single
+        dimension (the usual case, and the rows of a short-row call are many), else the row's
+        index digits by division (two per dimension: ~60 cycles a row on a Zen 4)."""
+        e = self.e
+        e(f"{I}if nd == 1:")
+        for j in slots:
+            e(f"{I}    {g}{j} = ({row}) * strides[{j}, 0]")
+        if causal:
+            e(f"{I}    ci = ({row})")
+        e(f"{I}else:")
+        e(f"{I}    rem = ({row})")
+        e(f"{I}    for d in range(nd - 1, -1, -1):")
+        e(f"{I}        ext = shape[d]")
+        e(f"{I}        idx = rem % ext")
+        e(f"{I}        rem //= ext")
+        for j in slots:
+            e(f"{I}        {g}{j} += idx * strides[{j}, d]")
+        if causal:
+            e(f"{I}        if d == nd - 1:")
+            e(f"{I}            ci = idx")
+
     def next_row_pointers(self, I: str) -> None:
         e = self.e
         pf = self.prefetched()
         if not pf:
             return
-        e(f"{I}rem = r + 1")
         for j in pf:
             e(f"{I}gn{j} = 0")
-        e(f"{I}for d in range(nd - 1, -1, -1):")
-        e(f"{I}    ext = shape[d]")
-        e(f"{I}    idx = rem % ext")
-        e(f"{I}    rem //= ext")
-        for j in pf:
-            e(f"{I}    gn{j} += idx * strides[{j}, d]")
+        self.row_offsets(I, "r + 1", pf, "gn")
         for j in pf:
             e(f"{I}qn{j} = address_as_pointer(s{j} + gn{j} * {self.isz[j]}, np.{self.st[j]})")
 
