@@ -19,12 +19,14 @@ LAYOUTS = ("contiguous", "scalar_bcast", "numpy_bcast", "transposed", "strided_o
 REARRANGE_LAYOUTS = ("copy", "nchw_nhwc", "transpose2d", "permute6d")
 SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 25, 1 << 26)
 ROW_DTYPES = ("float32", "float16", "bfloat16")
-# (operator, layout label, shape): LLaMA-style prefill and decode shapes
+# (operator, layout label, shape): LLaMA-style prefill and decode shapes, and short rows (a
+# mixture-of-experts router's softmax over 32 experts: per-row costs, not bandwidth)
 ROW_CASES = (
     ("rms_norm", "prefill", (2048, 4096)), ("rms_norm", "rows", (4096, 4096)),
     ("rms_norm", "decode", (1, 4096)),
     ("add_rms_norm", "prefill", (2048, 4096)), ("layer_norm", "prefill", (2048, 4096)),
-    ("softmax", "rows", (4096, 4096)), ("logsoftmax", "rows", (4096, 4096)),
+    ("softmax", "rows", (4096, 4096)), ("softmax", "short", (16384, 32)),
+    ("logsoftmax", "rows", (4096, 4096)),
     ("causal_softmax", "prefill", (32, 2048, 2048)), ("causal_softmax", "decode", (32, 1, 2048)),
     ("rope", "prefill", (2048, 32, 128)), ("rope", "decode", (1, 32, 128)),
 )
