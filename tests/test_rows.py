@@ -433,6 +433,26 @@ def test_threads_and_parallel_kernels_give_the_same_bits(handle, monkeypatch):
         runtime.set_num_threads(before)
 
 
+def test_user_row_operator_without_reductions_streams(handle, monkeypatch):
+    """A user's row operator need not reduce: streamed and parallel, its kernel asks for no
+    next row (its output pass used to open an empty ``if`` there: IndentationError at create)."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    op = infiniop.row_operator("scale_rows", "y:out, x, w:col", lambda m, x, w: x * w + 1.0,
+                               register=False)
+    rng = np.random.default_rng(13)
+    for dt in (np.float32, np.float16, ml_dtypes.bfloat16):
+        x = draw(rng, dt, (8, 1030), 3)
+        w = draw(rng, dt, (1030,))
+        f32 = x.astype(np.float32) * w.astype(np.float32) + np.float32(1.0)  # as computed
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+        monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+        got = op(x, w, out=infiniop.empty_aligned(x.shape, dt))
+        monkeypatch.undo()
+        assert_exact(got, f32.astype(dt))
+        assert_exact(op(x, w), f32.astype(dt))
+
+
 def test_streamed_fp16_rows_are_staged_exactly(handle, monkeypatch):
     """fp16 row outputs streamed through a stack chunk (row_kernels' ``staged_block``): rows
     of odd length (a partial block and a tail), outputs starting 2 bytes past a 64-byte line

@@ -395,9 +395,11 @@ class _Gen:
         last row of a task asks too: the pool hands a thread adjacent tasks, so the next row is
         usually its next one (AMD EPYC Zen 4, 2026-11-27, 8-row tasks, same bits: rms_norm
         float32 (2048, 4096) 1.62 -> 1.47 ms, softmax float32 (4096, 4096) 5.56 -> 5.30)."""
-        e = self.e
+        e, pf = self.e, self.prefetched()
+        if not pf:  # (an operator without reductions reads nothing ahead: no empty ``if``)
+            return
         e(f"{I}if r + 1 < rows:")
-        for j in self.prefetched():
+        for j in pf:
             e(f"{I}    for jp in range({lo}, {hi}, {64 // self.isz[j]}):")
             # 4-byte and wider rows into L2 only: measured on an AMD EPYC (Zen 4, 2026-11-27),
             # float32 rms_norm (2048, 4096) 2.3-2.9 -> 1.6-1.9 ms, causal_softmax (32, 2048,
