@@ -409,10 +409,10 @@ class _Gen:
             e(f"{I}        {fn}(qn{j}, jp)")
 
     def row_offsets(self, I: str, row: str, slots: list[int], g: str, causal: bool = False):
-        """``<g><j>`` += the element offset of row ``row`` in each of ``slots`` (and ``ci``, the
-        row's index in its matrix, when ``causal``): one multiply where the rows span a single
-        dimension (the usual case, and the rows of a short-row call are many), else the row's
-        index digits by division (two per dimension: ~60 cycles a row on a Zen 4)."""
+        """``<g><j>`` (0 before) = the element offset of row ``row`` in each of ``slots`` (and
+        ``ci``, the row's index in its matrix, when ``causal``): one multiply where the rows
+        span a single dimension (the usual case; a short-row call has many rows), else the
+        row's index digits by division (two integer divisions per dimension)."""
         e = self.e
         e(f"{I}if nd == 1:")
         for j in slots:
