@@ -199,3 +199,55 @@ def test_handles_descriptors_and_buffers(handle):
     raises(Status.NULL_POINTER, infiniop.rms_norm, np.ones((2, 4), np.float32), None)
     bf = np.ones((2, 4), ml_dtypes.bfloat16)
     raises(Status.BAD_TENSOR_DTYPE, infiniop.softmax, bf, out=np.empty((2, 4), np.float16))
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("bad", [np.float32(0), 2.0, [0.0] * 8, "y"])
+def test_functional_out_that_is_no_array(bad):
+    """out= that is not an array (a NumPy scalar, a number, a list) is BAD_PARAM naming the
+    operand, before and after a call has armed the fast path; it was an AttributeError."""
+    x, w = np.ones((2, 4), np.float32), np.ones(4, np.float32)
+    pos, table = np.arange(2, dtype=np.int32), np.ones((2, 2), np.float32)
+    one = None if isinstance(bad, list) else "operand 'y'"  # a list: that many outputs
+    for _ in range(2):
+        raises(Status.BAD_PARAM, infiniop.softmax, x, out=bad, match=one)
+        raises(Status.BAD_PARAM, infiniop.rms_norm, x, w, out=bad, match=one)
+        raises(Status.BAD_PARAM, infiniop.layer_norm, x, w, w,
+               out=(np.empty_like(x), np.empty_like(x), bad), match="'input_std_deviation'")
+        raises(Status.BAD_PARAM, infiniop.rope, x.reshape(2, 1, 4), pos, table, table, out=bad,
+               match="operand 'y'")
+        infiniop.softmax(x, out=np.empty_like(x))
+        infiniop.rms_norm(x, w, out=np.empty_like(x))
+        infiniop.rope(x.reshape(2, 1, 4), pos, table, table)
+
+
+@pytest.mark.parametrize("kind", ["subclass", "memmap", "masked"])
+def test_functional_out_subclasses_are_written_and_returned(kind, tmp_path):
+    """An ndarray subclass as out= (np.memmap, a masked array, a user subclass) is computed into
+    and returned as given, with the values a plain array gets; it was an AttributeError."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    w = rng.standard_normal(8).astype(np.float32)
+    pos = np.array([2, 0, 1], np.int32)
+    sin, cos = rng.standard_normal((2, 3, 4)).astype(np.float32)
+
+    def make(shape, name):
+        if kind == "memmap":
+            return np.memmap(tmp_path / name, np.float32, "w+", shape=shape)
+        return np.zeros(shape, np.float32).view(_Sub if kind == "subclass" else np.ma.MaskedArray)
+
+    for _ in range(2):  # the general path, then with the fast path armed
+        y = make(x.shape, "softmax")
+        assert infiniop.softmax(x, out=y, axis=1) is y
+        np.testing.assert_array_equal(np.asarray(y), infiniop.softmax(x, axis=1))
+        outs = (make(x.shape, "ln0"), np.empty_like(x), make(x.shape[:-1], "ln2"))
+        got = infiniop.layer_norm(x, w, None, out=outs)
+        assert all(g is o for g, o in zip(got, outs))
+        for g, ref in zip(got, infiniop.layer_norm(x, w, None)):
+            np.testing.assert_array_equal(np.asarray(g), ref)
+        y = make(x.shape, "rope")
+        assert infiniop.rope(x, pos, sin, cos, algo=1, out=y) is y
+        np.testing.assert_array_equal(np.asarray(y), infiniop.rope(x, pos, sin, cos, algo=1))

@@ -134,6 +134,12 @@ def _call_general(spec, args, out, params, key):
                           "that many arrays (or None)")
     if len(outs) != len(outs_ops):
         raise InfiniError(Status.BAD_PARAM, f"{spec.name} has {len(outs_ops)} output(s)")
+    given = outs  # an ndarray subclass (memmap...) is computed into as a plain view, returned
+    outs = [a.view(np.ndarray) if isinstance(a, np.ndarray) and type(a) is not np.ndarray else a
+            for a in outs]
+    for o, a in zip(outs_ops, outs):
+        if a is not None and type(a) is not np.ndarray and not _is_torch(a):
+            raise InfiniError(Status.BAD_PARAM, f"operand '{o.name}': cannot use {type(a).__name__}")
     use_torch = any(_is_torch(a) for a in arrays + outs if a is not None)
     buffers = list(_arranger(spec, len(arrays))(arrays, outs))
     sig = spec.match(tuple(None if b is None else as_dtype(b.dtype) for b in buffers))
@@ -167,7 +173,8 @@ def _call_general(spec, args, out, params, key):
                 buffers[k] = empty_aligned(s, dt.numpy)
     desc = _descriptor(spec, buffers, params, device)
     desc.calculate(None, *buffers)
-    results = [b for o, b in zip(ops, buffers) if o.writes]
+    written = [b for o, b in zip(ops, buffers) if o.writes]
+    results = [b if g is None else g for g, b in zip(given, written)]
     if key is not None and all(type(b) is np.ndarray for b in buffers if b is not None):
         shapes, dtypes = [r.shape for r in results], [r.dtype for r in results]
         with _lock:

@@ -291,9 +291,16 @@ def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
             out = torch.empty(tuple(x0.shape), dtype=x0.dtype, device=x0.device)
         else:
             out = empty_aligned(x0.shape, x0.dtype)
+    given = out  # an ndarray subclass (memmap...) is computed into as a plain view, returned
+    if isinstance(out, np.ndarray):
+        out = out if type(out) is np.ndarray else out.view(np.ndarray)
+    elif not _is_torch(out):
+        raise InfiniError(Status.BAD_PARAM, f"operand 'y': cannot use {type(out).__name__}")
     bufs = [out] + arrays
     d = _descriptor(_RopeOp, bufs, {"algo": algo}, _gpu_device(bufs))
     d.calculate(None, *bufs)
+    if given is not out:
+        return given
     if d._fast is not None and all(type(b) is np.ndarray for b in bufs):
         _last_call[algo] = (d._fast, out.shape, out.dtype, d.info)
     return out
