@@ -35,6 +35,12 @@ HALF_AND_SINGLE = frozenset({DType.F16, DType.BF16, DType.F32})
 # significand bits of the float storage types (what m.result_bits reports to math functions)
 _SIGNIFICAND = {DType.F16: 11, DType.BF16: 8, DType.F32: 24, DType.F64: 53}
 
+
+def result_bits(sig: sigs.Signature, written: list[int]) -> int:
+    """``m.result_bits`` of a trace: the significand bits of the narrowest float type among
+    the written operands (24 when none is a float)."""
+    return min((_SIGNIFICAND.get(sig.dtypes[k], 24) for k in written), default=24)
+
 REGISTRY: dict[str, ElementwiseSpec] = {}
 
 
@@ -281,10 +287,9 @@ class ElementwiseSpec:
                     in_types.append(None)
         param_types = [p.dtype for p in self.params]
         written = [k for k, o in enumerate(self.operands) if o.writes]
-        bits = min((_SIGNIFICAND.get(sig.dtypes[k], 24) for k in written), default=24)
         try:
             results = trace(self.fn, in_types, param_types, tuple(p.name for p in self.params),
-                            bits)
+                            result_bits(sig, written))
         except TypeError as e:
             raise TypeError(f"{self.name}: {e}") from e
         if len(results) != len(written):
