@@ -866,6 +866,36 @@ def test_forced_tiled_staged_inputs(handle, monkeypatch):
     assert_exact(a, want)
 
 
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["f32", "f16", "bf16"])
+def test_forced_nt_rows_stream_whole_lines_only(handle, monkeypatch, dtype):
+    """Streamed rows of the strided kind (a row broadcast, ``x - b[:, None]``) store their whole
+    cache lines non-temporally and the row's last, partial line with ordinary stores: a line
+    written partly by non-temporal stores and partly by the next row's head cost 2.5x into
+    NumPy's 16-byte aligned outputs (elementwise_kernels' ``strided``). The loop as generated,
+    and the bits where rows leave partial lines (odd lengths, outputs 16 bytes into a line)."""
+    from infiniop.backends.cpu import elementwise_kernels as ek
+    from infiniop.elementwise.spec import REGISTRY
+
+    spec = REGISTRY["sub"]
+    prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dtype))
+    line = 64 // dtype.itemsize
+    src = ek.source(prog, "strided", "110")
+    assert f"lines = (m - head) // {line} * {line}" in src
+    assert "for i in range(lines, m - head):" in src
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    rng = np.random.default_rng(14)
+    for shape in [(37, 1030), (5, 4099)]:
+        a, b = draw(rng, dtype, shape), draw(rng, dtype, (shape[0], 1))
+        want = reference(OP["sub"], dtype, [a, np.broadcast_to(b, shape)])
+        for off in (0, 16):
+            out, raw, start = _offset_out(prod(shape), dtype, off)
+            out = out.reshape(shape)
+            _desc_call(handle, "sub", out, [a, b])
+            assert_exact(out, want)
+            _check_raw(raw, start, out.nbytes)
+
+
 def test_forced_nt_narrow_outputs(handle, monkeypatch):
     """Outputs narrower than 4 bytes are streamed as packed 32-bit words (then a tail of
     ordinary stores): fp16, int8 and bool outputs, two outputs at once (swap), rows with an odd

@@ -577,6 +577,31 @@ def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dt
     assert_close(got, ref_softmax(x), dtype)  # and the float64 reference
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+def test_streamed_rows_store_whole_lines_only(handle, dtype):
+    """A streamed row stores its whole cache lines non-temporally and its last, partial line
+    as its head (ordinary stores): a line written partly by non-temporal stores and partly by
+    the next row's head cost 2-4x on rows of 512-1024 elements into NumPy's 16-byte aligned
+    outputs. The words loop as generated; the bits where rows leave partial lines:
+    test_streamed_fp16_rows_are_staged_exactly, test_streamed_rows_stage_where_stores_would_
+    alias (odd lengths, offset outputs)."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+
+    x = np.empty((4, 1000), dtype)
+    for op in ("softmax", "rms_norm"):
+        args = [x, x] + ([np.empty(1000, dtype)] if op == "rms_norm" else [])
+        d = getattr(infiniop, f"create_{op}_descriptor")(
+            handle, *(TensorDescriptor.from_array(a) for a in args))
+        info = d.info
+        src = row_kernels.source(info.program, info.kind, info.pattern, "", True)
+        d.destroy()
+        line, k = 64 // x.itemsize, 4 // x.itemsize
+        assert f"words = (v - head) // {line} * {line // k}" in src, op
+        assert f"for j in range(head + words * {k}, v):" in src, op
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 def test_softmax_exp_pass_takes_its_constants_from_task_variables(handle, streamed):
     """The sum passes' float constants are defined once per task through ``opaque`` (kept in

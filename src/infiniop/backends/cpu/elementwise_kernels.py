@@ -833,8 +833,16 @@ class _Gen:
                     if self.pattern[j] != "0":
                         e(f"            q{j} = address_as_pointer(s{j} + (g{j} + head * st{j}) * "
                           f"{self.isz[j]}, np.{self.st[j]})")
-                self.nt_loop("            ", "q", "m - head",
+                # whole cache lines only: the row's last, partial line is stored as its
+                # head is, not partly by non-temporal stores and partly by the next row's
+                # ordinary ones (sub (65536, 256) - (65536, 1) float32 into NumPy's 16-byte
+                # aligned output: 10.4 -> 4.x ms; AMD EPYC Zen 4, 2 threads)
+                line = 64 // min(self.isz[j] for j in self.written)
+                e(f"            lines = (m - head) // {line} * {line}")
+                self.nt_loop("            ", "q", "lines",
                              f"s{{j}} + (g{{j}} + head * st{{j}}) * {isz0}")
+                e("            for i in range(lines, m - head):")
+                self.body("                ", "q", "i", False)
                 e("            sfence()")
                 e("        else:")
                 self.plain_loop("            ", "q", "m")
