@@ -692,6 +692,47 @@ def test_rope(handle, algo, dtype):
                      dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.float64],
+                         ids=["f16", "bf16", "f32", "f64"])
+def test_rope_gptj_pairs_as_words(handle, dtype):
+    """GPT-J rows whose pairs are adjacent and start on a pair's boundary are read and written a
+    pair per word (``rope.word_pairs``; float64 has no such word: elements), a loop that
+    vectorises where stride-2 element accesses did not (fp16 4.6x faster). The loop as
+    generated; the same bits as the element loop, which rows starting mid-pair take (x or y
+    one element past a pair's boundary), in place and with float32 tables too."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import rope as cpu_rope
+
+    rng = np.random.default_rng(15)
+    x = draw(rng, dtype, (9, 4, 34))
+    pos = rng.permutation(40)[:9].astype(np.int64)
+    sin, cos = _tables(rng, 40, 17, dtype)
+    d = infiniop.create_rope_descriptor(handle, *(TensorDescriptor.from_array(a) for a in
+                                                  (x, x, pos, sin, cos)), 0)
+    src = cpu_rope.source(d.info.program, "22-11")
+    d.destroy()
+    assert ("wd = w1[i]" in src) is (dtype is not np.float64)
+
+    def shifted(a):  # a copy starting one element past a pair's boundary
+        buf = np.empty(a.size + 1, a.dtype)
+        out = buf[1:].reshape(a.shape)
+        out[...] = a
+        return out
+
+    want = infiniop.rope(shifted(x), pos, sin, cos, algo=0, out=shifted(np.zeros_like(x)))
+    assert_close(want, ref_rope(x, pos, sin, cos, 0), dtype)
+    assert_exact(infiniop.rope(x, pos, sin, cos, algo=0), want)
+    assert_exact(infiniop.rope(x, pos, sin, cos, algo=0, out=shifted(np.zeros_like(x))), want)
+    xi = x.copy()
+    infiniop.rope(xi, pos, sin, cos, algo=0, out=xi)
+    assert_exact(xi, want)
+    if dtype in (np.float16, BF16):
+        s32, c32 = _tables(rng, 40, 17, np.float32)
+        assert_exact(infiniop.rope(x, pos, s32, c32, algo=0),
+                     infiniop.rope(shifted(x), pos, s32, c32, algo=0))
+
+
 def test_rope_position_dtypes(handle):
     rng = np.random.default_rng(13)
     x = draw(rng, np.float32, (6, 2, 8))

@@ -28,7 +28,8 @@ ROW_CASES = (
     ("softmax", "rows", (4096, 4096)), ("softmax", "short", (16384, 32)),
     ("logsoftmax", "rows", (4096, 4096)),
     ("causal_softmax", "prefill", (32, 2048, 2048)), ("causal_softmax", "decode", (32, 1, 2048)),
-    ("rope", "prefill", (2048, 32, 128)), ("rope", "decode", (1, 32, 128)),
+    ("rope", "prefill", (2048, 32, 128)), ("rope", "gptj", (2048, 32, 128)),
+    ("rope", "decode", (1, 32, 128)),
 )
 # --quick stays under a minute: one large row case and the decode ones (the (32, 2048, 2048)
 # causal_softmax prefill alone takes ~100 s with torch's side of it)
@@ -302,9 +303,10 @@ def _rows(op: str, dtype: str, layout: str, shape: tuple[int, ...], threads: int
             ang = rng.random((max(4096, seq), half)).astype(np.float32) * 10
             sin, cos = np.sin(ang).astype(npdt), np.cos(ang).astype(npdt)
             ins, outs = (x, pos, sin, cos), [empty_aligned(shape, npdt) for _ in range(2)]
-            d = ip.create_rope_descriptor(h, td(outs[0]), *[td(a) for a in ins], 1)
+            algo = 0 if layout == "gptj" else 1  # GPT-J's interleaved pairs, or NeoX's halves
+            d = ip.create_rope_descriptor(h, td(outs[0]), *[td(a) for a in ins], algo)
             impls["infiniop"] = lambda: d.calculate(None, outs[0], *ins)
-            impls["infiniop.fn"] = lambda: ip.rope(*ins, algo=1, out=outs[1])
+            impls["infiniop.fn"] = lambda: ip.rope(*ins, algo=algo, out=outs[1])
             nbytes = 2 * x.nbytes + pos.nbytes + 2 * seq * half * sin.itemsize
         else:
             spec = getattr(ip, op)
@@ -349,6 +351,10 @@ def _rows(op: str, dtype: str, layout: str, shape: tuple[int, ...], threads: int
 
                 def fn():  # InfiniCore's reference on the CPU: in float32, rounded once
                     s, c = ts[tp].unsqueeze(1).float(), tc[tp].unsqueeze(1).float()
+                    if layout == "gptj":
+                        a, b = tx[..., 0::2].float(), tx[..., 1::2].float()
+                        y = torch.stack([a * c - b * s, a * s + b * c], -1)
+                        return y.flatten(-2).to(tx.dtype)
                     a, b = tx[..., :n // 2].float(), tx[..., n // 2:].float()
                     return torch.cat([a * c - b * s, a * s + b * c], -1).to(tx.dtype)
             got = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...dtype import DType
 from . import ndarray_abi, runtime
 from .codegen import kernels
 from .elementwise import launcher_arrays
@@ -19,8 +20,10 @@ from .elementwise_kernels import (
     WIDE,
     _load,
     _store,
+    bf16_lane,
     launcher,
     launcher_tables,
+    packed_word,
 )
 from .row_kernels import _render
 
@@ -29,6 +32,48 @@ TASK_ELEMS = 1 << 15
 
 def _step(v: int) -> str:
     return str(v) if v in (1, 2) else "g"
+
+
+# GPT-J's interleaved pairs, each (a, b) read and written as one word of its two elements: a
+# unit-stride loop that vectorises (shifts and masks), where stride-2 element accesses did not
+# (AMD EPYC Zen 4, (2048, 32, 128), 2 threads: fp16 4.57 ms against 0.97 for NeoX's halves)
+WORDS = {DType.F16: 32, DType.BF16: 32, DType.F32: 64}
+
+
+def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx) -> None:
+    """Emit the word loop of a GPT-J row (pairs adjacent: yb = xb = 1, both rows aligned to a
+    pair), then ``else:`` for the element loop the caller emits."""
+    dt = dts[0]
+    bits = WORDS[dt]
+    u = f"np.uint{bits}"
+    e(f"{I}if yb == 1 and xb == 1 and (s0 + g0 * {isz}) % {2 * isz} == 0 "
+      f"and (s1 + g1 * {isz}) % {2 * isz} == 0:")
+    J = I + "    "
+    e(f"{J}w0 = address_as_pointer(s0 + g0 * {isz}, {u})")
+    e(f"{J}w1 = address_as_pointer(s1 + g1 * {isz}, {u})")
+    e(f"{J}for i in range(half):")
+    K = J + "    "
+    e(f"{K}wd = w1[i]")
+    if dt is DType.BF16:
+        e(f"{K}a = {bf16_lane('wd', 0)}")
+        e(f"{K}b = {bf16_lane('wd', 1)}")
+    elif dt is DType.F16:
+        e(f"{K}a = f16_to_f32(np.uint16(wd & np.uint32(0xFFFF)))")
+        e(f"{K}b = f16_to_f32(np.uint16(wd >> np.uint32(16)))")
+    else:
+        e(f"{K}a = bitcast(np.uint32(wd & np.uint64(0xFFFFFFFF)), np.float32)")
+        e(f"{K}b = bitcast(np.uint32(wd >> np.uint64(32)), np.float32)")
+    e(f"{K}sn = {_load(dts[3], f'q3[{idx(3)}]')}")
+    e(f"{K}cs = {_load(dts[4], f'q4[{idx(4)}]')}")
+    for line in lines:
+        e(K + line)
+    ys = [_store(dt, o, r.dtype) for o, r in zip(outs, results)]
+    if dt is DType.F32:
+        lo, hi = (f"np.uint64(bitcast({v}, np.uint32))" for v in ys)
+        e(f"{K}w0[i] = {lo} | ({hi} << np.uint64(32))")
+    else:
+        e(f"{K}w0[i] = {packed_word(ys, 16)}")
+    e(f"{I}else:")
 
 
 def source(prog, steps: str) -> str:
@@ -92,8 +137,11 @@ def source(prog, steps: str) -> str:
             e(f"{I}q1 = address_as_pointer(s1 + g1 * {isz[1]}, np.{st[1]})")
             e(f"{I}q3 = address_as_pointer(s3 + p * t3 * {isz[3]}, np.{st[3]})")
             e(f"{I}q4 = address_as_pointer(s4 + p * t4 * {isz[4]}, np.{st[4]})")
-            e(f"{I}for i in range(half):")
             J = I + "    "
+            if steps[:2] == "22" and dts[0] == dts[1] and dts[0] in WORDS:
+                J += "    "
+                word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx)
+            e(f"{J[:-4]}for i in range(half):")
             e(f"{J}a = {_load(dts[1], f'q1[{idx(1)}]')}")
             xb_idx = idx(1, " + xb")
             e(f"{J}b = {_load(dts[1], f'q1[{xb_idx}]')}")
