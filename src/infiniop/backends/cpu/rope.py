@@ -40,9 +40,10 @@ def _step(v: int) -> str:
 WORDS = {DType.F16: 32, DType.BF16: 32, DType.F32: 64}
 
 
-def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx) -> None:
+def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str) -> None:
     """Emit the word loop of a GPT-J row (pairs adjacent: yb = xb = 1, both rows aligned to a
-    pair), then ``else:`` for the element loop the caller emits."""
+    pair) storing through ``out`` (``w0``, or ``w1`` in place), then ``else:`` for the element
+    loop the caller emits."""
     dt = dts[0]
     bits = WORDS[dt]
     u = f"np.uint{bits}"
@@ -70,9 +71,9 @@ def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx) -> None:
     ys = [_store(dt, o, r.dtype) for o, r in zip(outs, results)]
     if dt is DType.F32:
         lo, hi = (f"np.uint64(bitcast({v}, np.uint32))" for v in ys)
-        e(f"{K}w0[i] = {lo} | ({hi} << np.uint64(32))")
+        e(f"{K}{out}[i] = {lo} | ({hi} << np.uint64(32))")
     else:
-        e(f"{K}w0[i] = {packed_word(ys, 16)}")
+        e(f"{K}{out}[i] = {packed_word(ys, 16)}")
     e(f"{I}else:")
 
 
@@ -88,6 +89,27 @@ def source(prog, steps: str) -> str:
         step = steps[k]
         base = "i" if step == "1" else f"i * {step}" if step == "2" else f"i * st{k}"
         return base + off
+
+    def pair_loops(I: str, inplace: bool) -> None:
+        """A row's pairs: words (GPT-J, where they fit) or elements; stored through x's
+        pointer and steps when ``inplace``."""
+        o, ob = (1, "xb") if inplace else (0, "yb")
+        J = I
+        if steps[:2] == "22" and dts[0] == dts[1] and dts[0] in WORDS:
+            J += "    "
+            word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, f"w{o}")
+        e(f"{J}for i in range(half):")
+        K = J + "    "
+        xa, xb = idx(1), idx(1, " + xb")
+        e(f"{K}a = {_load(dts[1], f'q1[{xa}]')}")
+        e(f"{K}b = {_load(dts[1], f'q1[{xb}]')}")
+        e(f"{K}sn = {_load(dts[3], f'q3[{idx(3)}]')}")
+        e(f"{K}cs = {_load(dts[4], f'q4[{idx(4)}]')}")
+        for line in lines:
+            e(K + line)
+        ya, yb = idx(o), idx(o, f" + {ob}")
+        e(f"{K}q{o}[{ya}] = {_store(dts[0], outs[0], prog.results[0].dtype)}")
+        e(f"{K}q{o}[{yb}] = {_store(dts[0], outs[1], prog.results[1].dtype)}")
 
     for par in (False, True):
         e(f"\n\n@njit(parallel={par}, **OPTS)")
@@ -137,21 +159,15 @@ def source(prog, steps: str) -> str:
             e(f"{I}q1 = address_as_pointer(s1 + g1 * {isz[1]}, np.{st[1]})")
             e(f"{I}q3 = address_as_pointer(s3 + p * t3 * {isz[3]}, np.{st[3]})")
             e(f"{I}q4 = address_as_pointer(s4 + p * t4 * {isz[4]}, np.{st[4]})")
-            J = I + "    "
-            if steps[:2] == "22" and dts[0] == dts[1] and dts[0] in WORDS:
-                J += "    "
-                word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx)
-            e(f"{J[:-4]}for i in range(half):")
-            e(f"{J}a = {_load(dts[1], f'q1[{idx(1)}]')}")
-            xb_idx = idx(1, " + xb")
-            e(f"{J}b = {_load(dts[1], f'q1[{xb_idx}]')}")
-            e(f"{J}sn = {_load(dts[3], f'q3[{idx(3)}]')}")
-            e(f"{J}cs = {_load(dts[4], f'q4[{idx(4)}]')}")
-            for line in lines:
-                e(J + line)
-            e(f"{J}q0[{idx(0)}] = {_store(dts[0], outs[0], prog.results[0].dtype)}")
-            yb_idx = idx(0, " + yb")
-            e(f"{J}q0[{yb_idx}] = {_store(dts[0], outs[1], prog.results[1].dtype)}")
+            if steps[0] == steps[1] and dts[0] == dts[1]:
+                # in place (y is x): one pointer read and written, which LLVM vectorises; with
+                # two, its overlap check sends every row to the scalar loop (fp16 12x slower)
+                e(f"{I}if s0 + g0 * {isz[0]} == s1 + g1 * {isz[1]} and yb == xb and st0 == st1:")
+                pair_loops(I + "    ", True)
+                e(f"{I}else:")
+                pair_loops(I + "    ", False)
+            else:
+                pair_loops(I, False)
         e("    return 0")
     return PRELUDE + "\n".join(L) + "\n"
 
