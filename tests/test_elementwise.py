@@ -896,6 +896,32 @@ def test_forced_nt_rows_stream_whole_lines_only(handle, monkeypatch, dtype):
             _check_raw(raw, start, out.nbytes)
 
 
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["f32", "f16", "bf16"])
+def test_forced_nt_in_place_is_staged(handle, monkeypatch, dtype):
+    """A streamed call that updates an operand in place computes each chunk into a stack chunk
+    and streams it from there (as where 4K aliasing threatens): streamed straight from the
+    compute loop, its non-temporal stores hit lines the loop reads next and LLVM's overlap
+    check kept the loop scalar (sub float16 (4096, 4096) in place 722 ms, 1.5 out of place).
+    The condition as generated (flat and strided kinds); the bits of in-place calls, flat and
+    row-broadcast, against out-of-place ones."""
+    from infiniop.backends.cpu import elementwise_kernels as ek
+    from infiniop.elementwise.spec import REGISTRY
+
+    spec = REGISTRY["sub"]
+    prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dtype))
+    for kind, pattern in (("flat", "111"), ("strided", "110")):
+        assert "pointer_address(q0) == pointer_address(q1)" in ek.source(prog, kind, pattern)
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    rng = np.random.default_rng(15)
+    for shape, bshape in [((65536 + 37,), (65536 + 37,)), ((37, 1030), (37, 1)), ((3, 40000), (3, 1))]:
+        a, b = draw(rng, dtype, shape), draw(rng, dtype, bshape)
+        want = reference(OP["sub"], dtype, [a, np.broadcast_to(b, shape)])
+        x = a.copy()
+        _desc_call(handle, "sub", x, [x, b])
+        assert_exact(x, want)
+
+
 def test_forced_nt_narrow_outputs(handle, monkeypatch):
     """Outputs narrower than 4 bytes are streamed as packed 32-bit words (then a tail of
     ordinary stores): fp16, int8 and bool outputs, two outputs at once (swap), rows with an odd
@@ -947,7 +973,7 @@ def test_light_half_streams_stage_where_stores_would_alias(handle, monkeypatch):
     strided rows (sub with a padded input) give the serial loop's bits at every 64-byte output
     offset in a page against inputs at 16 mod 4096, with NaN, infinities and signed zeros, and
     no byte outside the output is touched. The generated source has the switch for fp16/bf16
-    outputs, not for float32 ones (stored element by element)."""
+    outputs, not for float32 ones (stored element by element; they stage only in place)."""
     from infiniop.backends.cpu import elementwise_kernels as ek
     from infiniop.elementwise.spec import REGISTRY
 

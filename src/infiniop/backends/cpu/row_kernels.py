@@ -589,8 +589,10 @@ class _Gen:
 
     def aliasing_risk(self, outs_j: list[int]) -> str:
         """The condition under which the streamed block would meet 4K aliasing (see
-        elementwise_kernels' ``aliasing_risk``): an output row starting 1-80 bytes ahead of a
-        unit-stride operand of its element size, mod 4096; such blocks are staged. Measured
+        elementwise_kernels' ``aliasing_risk``) or updates an input in place (bf16 rms_norm
+        (4096, 4096) in place: 805 ms streamed straight, 2.3 staged): an output row starting
+        1-80 bytes ahead of a unit-stride operand of its element size, mod 4096, or at it;
+        such blocks are staged. Measured
         (AMD EPYC, 2 threads, (2048, 4096), input at 16 mod 4096): rms_norm bfloat16 1.40 ms at
         most offsets, 2.35 at 48 bytes ahead (staged: 1.88), 2.05 at 112; float32 1.39-1.45 vs
         1.85 at 48 (staged: 1.42) and 1.84 at 112. A window to 256 bytes also caught 112 but
