@@ -922,6 +922,33 @@ def test_forced_nt_in_place_is_staged(handle, monkeypatch, dtype):
         assert_exact(x, want)
 
 
+@pytest.mark.parametrize("dtype", [F32, F16, BF16, I8], ids=["f32", "f16", "bf16", "i8"])
+def test_in_place_below_streaming_is_staged(handle, dtype):
+    """Calls that update an operand in place below the streaming size go through the stack
+    chunk with ordinary stores (``plain_loop``): with one array behind two pointers LLVM ran
+    the scalar loop (sub float16 64K in place 0.21 ms, 0.01 out of place). The condition as
+    generated; in-place bits against out of place: flat light and heavy bodies (sub, silu),
+    odd lengths (a word's tail), a row broadcast (strided), the second operand in place."""
+    from infiniop.backends.cpu import elementwise_kernels as ek
+    from infiniop.elementwise.spec import REGISTRY
+
+    spec = REGISTRY["sub"]
+    prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is dtype))
+    assert "if pointer_address(q0) == pointer_address(q1) or" in ek.source(prog, "flat", "111")
+    rng = np.random.default_rng(18)
+    for shape, bshape in [((4099,), (4099,)), ((33, 517), (33, 1)), ((70001,), (70001,))]:
+        a, b = draw(rng, dtype, shape), draw(rng, dtype, bshape)
+        want = infiniop.sub(a, b)
+        x = a.copy()
+        assert_exact(infiniop.sub(x, b, out=x), want)
+        if bshape == shape:
+            y = b.copy()
+            assert_exact(infiniop.sub(a, y, out=y), want)
+        if dtype is not I8:
+            x = a.copy()
+            assert_exact(infiniop.silu(x, out=x), infiniop.silu(a))
+
+
 def test_forced_nt_narrow_outputs(handle, monkeypatch):
     """Outputs narrower than 4 bytes are streamed as packed 32-bit words (then a tail of
     ordinary stores): fp16, int8 and bool outputs, two outputs at once (swap), rows with an odd

@@ -611,6 +611,37 @@ def test_streamed_rows_in_place_are_staged(handle, monkeypatch, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+def test_rows_in_place_below_streaming_are_staged(handle, dtype):
+    """Rows updated in place below the streaming size are computed a block at a time into a
+    stack chunk and copied out (``row_kernels._Gen.in_place``): with one array behind two
+    pointers LLVM ran the scalar output loop (layer_norm (64, 1024) in place 3-5x the time).
+    The condition as generated; in-place bits against out of place (odd lengths over two
+    blocks, bf16 word pairs, two outputs, causal rows)."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+
+    x = np.empty((4, 1000), dtype)
+    d = infiniop.create_rms_norm_descriptor(
+        handle, *(TensorDescriptor.from_array(a) for a in (x, x, np.empty(1000, dtype))))
+    src = row_kernels.source(d.info.program, d.info.kind, d.info.pattern, "", False)
+    d.destroy()
+    assert "if pointer_address(q0) == pointer_address(q1):" in src
+    rng = np.random.default_rng(17)
+    for n in (7, 300, 517):
+        x, w = draw(rng, dtype, (5, n), 3), draw(rng, dtype, (n,))
+        want = [infiniop.rms_norm(x, w), infiniop.softmax(x), infiniop.causal_softmax(x),
+                infiniop.layer_norm(x, w, w)[0]]
+        got = [x.copy() for _ in want]
+        infiniop.rms_norm(got[0], w, out=got[0])
+        infiniop.softmax(got[1], out=got[1])
+        infiniop.causal_softmax(got[2], out=got[2])
+        infiniop.layer_norm(got[3], w, w, out=(got[3], np.empty_like(x), np.empty(5, dtype)))
+        for g, ref in zip(got, want):
+            assert_exact(g, ref)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
 def test_streamed_rows_store_whole_lines_only(handle, dtype):
     """A streamed row stores its whole cache lines non-temporally and its last, partial line
     as its head (ordinary stores): a line written partly by non-temporal stores and partly by
