@@ -577,6 +577,18 @@ def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dt
     assert_close(got, ref_softmax(x), dtype)  # and the float64 reference
 
 
+def _rms_norm_source(handle, dtype, streamed: bool) -> str:
+    """The CPU kernel module rms_norm (4, 1000) of ``dtype`` compiles to."""
+    from infiniop.backends.cpu import row_kernels
+
+    x = np.empty((4, 1000), dtype)
+    d = infiniop.create_rms_norm_descriptor(
+        handle, *(TensorDescriptor.from_array(a) for a in (x, x, np.empty(1000, dtype))))
+    src = row_kernels.source(d.info.program, d.info.kind, d.info.pattern, "", streamed)
+    d.destroy()
+    return src
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
 def test_streamed_rows_in_place_are_staged(handle, monkeypatch, dtype):
     """Streamed rows updated in place (``out=x``) go through the stack chunk, as where 4K
@@ -585,13 +597,7 @@ def test_streamed_rows_in_place_are_staged(handle, monkeypatch, dtype):
     against out of place (odd lengths, two outputs, softmax's cached exp)."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
-    from infiniop.backends.cpu import row_kernels
-
-    x = np.empty((4, 1000), dtype)
-    d = infiniop.create_rms_norm_descriptor(
-        handle, *(TensorDescriptor.from_array(a) for a in (x, x, np.empty(1000, dtype))))
-    src = row_kernels.source(d.info.program, d.info.kind, d.info.pattern, "", True)
-    d.destroy()
+    src = _rms_norm_source(handle, dtype, streamed=True)
     if dtype is np.float16:  # fp16 rows always stream through the stack chunk
         assert "stack_scratch(" in src
     else:
@@ -619,13 +625,7 @@ def test_rows_in_place_below_streaming_are_staged(handle, dtype):
     blocks, bf16 word pairs, two outputs, causal rows)."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
-    from infiniop.backends.cpu import row_kernels
-
-    x = np.empty((4, 1000), dtype)
-    d = infiniop.create_rms_norm_descriptor(
-        handle, *(TensorDescriptor.from_array(a) for a in (x, x, np.empty(1000, dtype))))
-    src = row_kernels.source(d.info.program, d.info.kind, d.info.pattern, "", False)
-    d.destroy()
+    src = _rms_norm_source(handle, dtype, streamed=False)
     assert "if pointer_address(q0) == pointer_address(q1):" in src
     rng = np.random.default_rng(17)
     for n in (7, 300, 517):
