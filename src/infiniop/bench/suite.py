@@ -380,7 +380,7 @@ def _math(op: str, dtype: str, size: int, threads: int, layout: str = "contiguou
     which torch lacks) and NumPy's ufunc where NumPy has one. ``layout`` "offset_out": every
     implementation's output starts 32 bytes past the input (mod 4096), where a load can wait
     for an unrelated older store to the same low 12 address bits (4K aliasing; see the CPU
-    backend's ``staged_loop``)."""
+    backend's ``heavy_loop``)."""
     import infiniop as ip
 
     spec = getattr(ip, op)

@@ -50,13 +50,12 @@ DTYPE_BYTES = {"f32": 4, "f64": 8, "i32": 4, "i64": 8, "u32": 4, "u64": 8}
 LOAD = {DType.F16: "f16_to_f32({})", DType.BF16: "bf16_to_f32({})", DType.F32: "{}",
         DType.F64: "{}", DType.BOOL: "({} != 0)"}
 BLOCK_BYTES = 1 << 16
-# Streamed outputs of math-heavy bodies (at least STAGE_MIN_NODES expression nodes) go through
-# a stack chunk in L1 (staged_loop); light bodies store as they go, narrow outputs as packed
+# Math-heavy bodies (at least STAGE_MIN_NODES expression nodes) compute into a stack chunk in
+# L1 and copy it out (heavy_loop); light bodies store as they go, narrow outputs as packed
 # words (packed_loop), which is faster for them (sub/clip f16: 1.3-1.6x) and slower for math
 # (silu f16: 1.3x).
 STAGE_BYTES = 4096
 STAGE_MIN_NODES = 16
-FISSION_CHUNK = 1024  # elements per chunk of an unstaged loop that fission.split cuts
 # Vector iterations LLVM's loop vectoriser interleaves in those bodies (jit.loop_interleave),
 # so that an iteration holds 16 elements of independent chains: 2 for float32 math, 4 where
 # most of the body is float64 (half the lanes). A/B, 16M elements, 2 threads, same bits, 2
@@ -542,24 +541,12 @@ class _Gen:
             else:
                 self.emit(f"{indent}{ptr}{j}[{idx}] = {value}")
 
-    def loop(self, indent: str, ptr: str, count: str, nt: bool = False,
-             split: bool = False) -> None:
-        """``count`` elements; ``split``: bodies that fission.split cuts run as two loops over
-        chunks of FISSION_CHUNK elements (see staged_loop)."""
-        cut = fission.split(self.p.results) if split else None
-        if not cut:
-            self.emit(f"{indent}for i in range({count}):")
-            self.body(indent + "    ", ptr, "i", nt)
-            return
-        self.handover_arrays(indent, cut, FISSION_CHUNK, "f")
-        self.emit(f"{indent}for c in range(0, {count}, {FISSION_CHUNK}):")
-        ind = indent + "    "
-        self.emit(f"{ind}cw = min({FISSION_CHUNK}, {count} - c)")
-        given = self.first_half(ind, ptr, "cw", "c + i", cut, "f")
-        self.emit(f"{ind}for i in range(cw):")
-        self.body(ind + "    ", ptr, "c + i", nt, given=given)
+    def loop(self, indent: str, ptr: str, count: str, nt: bool = False) -> None:
+        """``count`` elements of a light body, stored as they are computed."""
+        self.emit(f"{indent}for i in range({count}):")
+        self.body(indent + "    ", ptr, "i", nt)
 
-    def plain_loop(self, indent: str, ptr: str, count: str, split: bool = False) -> None:
+    def plain_loop(self, indent: str, ptr: str, count: str) -> None:
         """``count`` elements from the pointers ``<ptr><j>`` with ordinary stores: ``loop``, or
         for a light bf16 body (``paired``) ``packed_loop`` over its words, then the last
         element of an odd count. An output updating an input in place goes through the stack
@@ -582,7 +569,7 @@ class _Gen:
             self.emit(f"{indent}else:")
             indent += "    "
         if not self.paired():
-            self.loop(indent, ptr, count, split=split)
+            self.loop(indent, ptr, count)
             return
         for j in self.written + self.bf16_pairs():
             self.emit(f"{indent}{'w' if j in self.written else 'u'}{j} = "
@@ -655,21 +642,11 @@ class _Gen:
                 and all(self.pattern[j] == "1" for j in self.written))
 
     def staged_loop(self, indent: str, ptr: str, words: str, nt: bool = True) -> None:
-        """``words`` words of every output (word pointers ``w<j>``), computed a stack chunk at
-        a time with ordinary stores, then streamed from L1 as whole words: the compute loop
-        vectorises as it does without streaming (fp16: F16C converts straight to the chunk). A
-        word is 32 bits of packed narrow outputs, or one element of 4- or 8-byte outputs. bf16
-        outputs are staged as float32 and rounded in the streaming loop, where the rounding's
-        integer steps vectorise well (in the compute loop they cost ~15%).
-
-        Why 4- and 8-byte outputs of math-heavy bodies are staged too: a load whose low 12
-        address bits match an older, still pending non-temporal store waits for it (4K
-        aliasing). Streamed straight from the compute loop, an output starting 16-48 bytes past
-        its input (mod 4096) made silu float32 2.7x slower (AMD EPYC, 16M elements: 2.07 vs
-        0.76 ns per element); staged, the compute loop's stores are ordinary ones: 0.75-0.90
-        ns at every offset, and 1-3% slower than unstaged at the best ones. (Moving the chunk
-        away from the output's offset cost 15% everywhere: the scratch's alignment is lost to
-        LLVM.)"""
+        """``words`` words of every output of a light body (word pointers ``w<j>``), computed a
+        stack chunk at a time with ordinary stores, then streamed from L1 as whole words
+        (``nt``) or copied out plainly: where the output is an input updated in place or
+        would meet 4K aliasing (``aliasing_risk``). A word is 32 bits of packed narrow
+        outputs, or one element of 4- or 8-byte outputs."""
         k = self.packing()
         bits = 32 // k
         wide = [j for j in self.written if self.slots[j].dtype is DType.BF16]
@@ -680,22 +657,10 @@ class _Gen:
             self.emit(f"{indent}sp{j} = address_as_pointer(sc{j}, "
                       f"np.{'float32' if j in wide else self.st[j]})")
             self.emit(f"{indent}sw{j} = address_as_pointer(sc{j}, np.uint{8 * wbytes})")
-        cut = fission.split(self.p.results)
-        self.handover_arrays(indent, cut or (), chunk * k, "h")
         self.emit(f"{indent}for c in range(0, {words}, {chunk}):")
         ind = indent + "    "
         self.emit(f"{ind}cw = min({chunk}, {words} - c)")
-        given = None
-        if cut:  # loop fission: the first half of the chain, its values handed over in L1
-            given = self.first_half(ind, ptr, f"cw * {k}", f"c * {k} + i", cut, "h")
-        self.emit(f"{ind}for i in range(cw * {k}):")
-        values = self.compute(ind + "    ", ptr, f"c * {k} + i", raw=True, given=given)
-        for j, (v, t) in zip(self.written, values):
-            if j in wide:  # staged as float32: rounded to odd unless it is one (see _store)
-                v = v if t == "f32" else f"f64_to_f32_odd(np.float64({v}))"
-            else:
-                v = _store(self.slots[j].dtype, v, t)
-            self.emit(f"{ind}    sp{j}[i] = {v}")
+        self.chunk_compute(ind, ptr, f"cw * {k}", f"c * {k}", None, wide)
         self.emit(f"{ind}for i in range(cw):")
         for j in self.written:
             if j in wide:
@@ -706,17 +671,115 @@ class _Gen:
             self.emit(f"{ind}    nt_store(w{j}, c + i, {word})" if nt
                       else f"{ind}    w{j}[c + i] = {word}")
 
+    def heavy_loop(self, indent: str, ptr: str, count: str, stream: str = "",
+                   start: str = "") -> None:
+        """A math-heavy body's ``count`` elements: the function's one copy of the body computes
+        a stack chunk at a time (``staged_loop``'s chunks: fp16 converted there, bf16 staged as
+        float32), then the chunk is copied out. Where ``stream`` (a condition) holds, whole
+        cache lines from the first 64-byte boundary of written slot j's element 0 (``start``,
+        formatted with ``j``, its byte address) are stored non-temporally, as words; the head
+        before it and the last partial line with ordinary stores, as everything else.
+
+        Two copies of the body (a full chunk, whose trip count LLVM knows, and any other) where
+        there was one per path (head, streamed lines, last line, in place, plain): LLVM
+        vectorises each, and compiling grows faster than the function. swiglu bfloat16 (144
+        nodes), strided rows: its ``parallel`` compiled in 45 s with 7 copies, 9 s now (AMD
+        EPYC Zen 4, empty cache), at the same speed. With one variable-count copy it took 4 s
+        but ran slower (gelu bfloat16 16M: 10.8 against 8.6 ms; LLVM reloaded the body's
+        constants from memory in every iteration).
+
+        Staged, in-place calls and 4K aliasing are harmless: the compute loop stores to the
+        stack. (A load whose low 12 address bits match an older, still pending non-temporal
+        store waits for it; streamed straight from the compute loop, an output starting 16-48
+        bytes past its input (mod 4096) made silu float32 2.7x slower (AMD EPYC, 16M elements:
+        2.07 vs 0.76 ns per element); staged: 0.75-0.90 ns at every offset.)"""
+        e = self.emit
+        k = self.packing()
+        wide = [j for j in self.written if self.slots[j].dtype is DType.BF16]
+        wbytes = 4 if k > 1 else self.isz[self.written[0]]
+        chunk = STAGE_BYTES // (4 * k if wide else wbytes) * k     # elements per chunk
+        for j in self.written:
+            sbytes = 4 if j in wide else self.isz[j]
+            e(f"{indent}sc{j} = stack_scratch({max(STAGE_BYTES, chunk * sbytes)})")
+            e(f"{indent}sp{j} = address_as_pointer(sc{j}, "
+              f"np.{'float32' if j in wide else self.st[j]})")
+        cut = fission.split(self.p.results)
+        self.handover_arrays(indent, cut or (), chunk, "h")
+        e(f"{indent}zh = 0")
+        e(f"{indent}zl = 0")
+        if stream:
+            isz0 = self.isz[self.written[0]]
+            line = 64 // isz0
+            wbits = 32 if k > 1 else 8 * isz0
+            e(f"{indent}if {stream}:")
+            J = indent + "    "
+            e(f"{J}addr = {start.format(j=self.written[0])}")
+            e(f"{J}zh = ((64 - (addr & 63)) & 63) // {isz0}")
+            e(f"{J}if addr % {isz0} != 0 or zh > {count}:")
+            e(f"{J}    zh = {count}")
+            e(f"{J}zl = ({count} - zh) // {line} * {line}")
+            for j in self.written:
+                e(f"{indent}w{j} = address_as_pointer({start.format(j=j)} + zh * {isz0}, "
+                  f"np.uint{wbits})")
+                e(f"{indent}sw{j} = address_as_pointer(sc{j}, np.uint{wbits})")
+        e(f"{indent}z0 = 0")
+        e(f"{indent}while z0 < {count}:")
+        ind = indent + "    "
+        e(f"{ind}z1 = min(z0 + {chunk}, zh if z0 < zh else zh + zl if z0 < zh + zl else {count})")
+        e(f"{ind}zw = z1 - z0")
+        # a full chunk's trip count is a constant: LLVM then keeps the body's constants in
+        # registers (gelu bfloat16, 16M: 10.8 ms with one variable-count loop, 8.6 with both)
+        e(f"{ind}if zw == {chunk}:")
+        self.chunk_compute(ind + "    ", ptr, str(chunk), "z0", cut, wide)
+        e(f"{ind}else:")
+        self.chunk_compute(ind + "    ", ptr, "zw", "z0", cut, wide)
+        plain = ind
+        if stream:
+            e(f"{ind}if zh <= z0 < zh + zl:")
+            e(f"{ind}    for i in range(zw // {k}):")
+            for j in self.written:
+                word = f"sw{j}[i]"
+                if j in wide:
+                    word = packed_word([_store(DType.BF16, f"sp{j}[{k} * i + {u}]", "f32")
+                                        for u in range(k)], 32 // k)
+                e(f"{ind}        nt_store(w{j}, (z0 - zh) // {k} + i, {word})")
+            e(f"{ind}else:")
+            plain += "    "
+        e(f"{plain}for i in range(zw):")
+        for j in self.written:
+            idx = "z0 + i" if self.pattern[j] == "1" else f"(z0 + i) * st{j}"
+            v = _store(DType.BF16, f"sp{j}[i]", "f32") if j in wide else f"sp{j}[i]"
+            e(f"{plain}    {ptr}{j}[{idx}] = {v}")
+        e(f"{ind}z0 = z1")
+
+    def chunk_compute(self, indent: str, ptr: str, count: str, first: str, cut,
+                      wide: list[int]) -> None:
+        """A staged loop's compute loop: ``count`` elements from element ``first`` into the
+        stack chunks ``sp<j>`` (fp16 converted there, F16C; the ``wide`` bf16 outputs as
+        float32, rounded while copied out, where the rounding's integer steps vectorise well:
+        in the compute loop they cost ~15%). ``cut``: see fission.split."""
+        given = None
+        if cut:  # loop fission: the first half of the chain, its values handed over in L1
+            given = self.first_half(indent, ptr, count, f"{first} + i", cut, "h")
+        self.emit(f"{indent}for i in range({count}):")
+        values = self.compute(indent + "    ", ptr, f"{first} + i", raw=True, given=given)
+        for j, (v, t) in zip(self.written, values):
+            if j in wide:  # staged as float32: rounded to odd unless it is one (see _store)
+                v = v if t == "f32" else f"f64_to_f32_odd(np.float64({v}))"
+            else:
+                v = _store(self.slots[j].dtype, v, t)
+            self.emit(f"{indent}    sp{j}[i] = {v}")
+
     def nt_loop(self, indent: str, ptr: str, count: str, start: str) -> None:
         """``count`` elements from the pointers ``<ptr><j>`` with non-temporal stores. ``start``
         (formatted with ``j``) is the byte address of element 0 of written slot j, 64-byte
-        aligned. Bodies of STAGE_MIN_NODES nodes or more go through ``staged_loop``; lighter
-        ones store as they go: 4- and 8-byte outputs element by element, narrower outputs as
-        whole 32-bit words (``packed_loop``), then the last ``count % k`` elements with
-        ordinary stores."""
+        aligned. A light body (heavy ones: ``heavy_loop``) stores as it goes: 4- and 8-byte
+        outputs element by element, narrower outputs as whole 32-bit words (``packed_loop``),
+        then the last ``count % k`` elements with ordinary stores; through ``staged_loop``
+        where ``aliasing_risk`` says so."""
         k = self.packing()
-        heavy = is_heavy(self.p.results)
         sizes = {self.isz[j] for j in self.written}
-        direct = k == 1 and not (heavy and len(sizes) == 1 and sizes <= {4, 8})
+        direct = k == 1
         risk = self.aliasing_risk(ptr, window=not direct)
         if direct and not (risk and len(sizes) == 1 and sizes <= {4, 8}):
             self.loop(indent, ptr, count, nt=True)
@@ -730,13 +793,8 @@ class _Gen:
             self.emit(f"{indent}else:")
             self.loop(indent + "    ", ptr, count, nt=True)
             return
-        if k == 1:
-            self.staged_loop(indent, ptr, count)
-            return
         self.emit(f"{indent}words = ({count}) // {k}")
-        if heavy:
-            self.staged_loop(indent, ptr, "words")
-        elif risk:
+        if risk:
             self.emit(f"{indent}if {risk}:")
             self.staged_loop(indent + "    ", ptr, "words")
             self.emit(f"{indent}else:")
@@ -773,14 +831,17 @@ class _Gen:
         :func:`flat_driver`'s. A math-heavy body gets ``parallel`` instead: the pool's loop with
         the body inside (see :func:`kernel_names`)."""
         args = ", ".join([f"s{j}" for j in range(self.nslots)] + self.params)
+        heavy = is_heavy(self.p.results)
         for fname in kernel_names("flat", self.p.results):
             self.emit(f"\n\n@njit(parallel={fname == 'parallel'}, **OPTS)")
             self.emit(f"def {fname}({args}, n, stream, serial_at):")
             self.wide("    ")
             self.pointers("    ", "q", "s{j}")
             self.loads("    ", "q", "0", True)
-            if fname == "serial":
-                self.plain_loop("    ", "q", "n", split=True)
+            if fname == "serial" and heavy:
+                self.heavy_loop("    ", "q", "n")
+            elif fname == "serial":
+                self.plain_loop("    ", "q", "n")
             elif fname == "streamed":
                 self.nt_loop("    ", "q", str(BLOCK_BYTES // self.isz[0]), "s{j}")
                 self.emit("    sfence()")
@@ -789,38 +850,36 @@ class _Gen:
             self.emit("    return 0")
 
     def pooled_blocks(self) -> None:
-        """A heavy body's ``parallel``: the head to 64-byte alignment, then the blocks on the
-        pool, full ones streamed when ``stream`` (nonzero) and the written slots share slot 0's
-        alignment mod 64."""
+        """A heavy body's ``parallel``: blocks of BLOCK_BYTES of slot 0 on the pool, the first
+        one longer by the head before slot 0's first 64-byte boundary, so that every later block
+        starts on one; each streamed (``heavy_loop``) when ``stream`` (nonzero) and the written
+        slots share slot 0's alignment mod 64."""
         isz0 = self.isz[0]
         block = BLOCK_BYTES // isz0
-        self.emit("    head = 0")
+        e = self.emit
+        e("    head = 0")
         if any(self.isz[j] != isz0 for j in self.written):
-            self.emit("    stream = 0")
+            e("    stream = 0")
         for j in self.written[1:]:
-            self.emit(f"    if (s{j} - s0) % 64 != 0:")
-            self.emit("        stream = 0")
-        self.emit("    if stream:")
-        self.emit(f"        head = ((64 - (s0 & 63)) & 63) // {isz0}")
-        self.emit(f"        if s0 % {isz0} != 0 or head > n:")
-        self.emit("            head = n")
-        self.loop("    ", "q", "head")
-        self.emit(f"    nblocks = (n - head + {block - 1}) // {block}")
-        self.emit("    for b in prange(nblocks):")
+            e(f"    if (s{j} - s0) % 64 != 0:")
+            e("        stream = 0")
+        e("    if stream:")
+        e(f"        head = ((64 - (s0 & 63)) & 63) // {isz0}")
+        e(f"        if s0 % {isz0} != 0 or head > n:")
+        e("            head = n")
+        e(f"    nblocks = max((n - head + {block - 1}) // {block}, 1 if n > 0 else 0)")
+        e("    for b in prange(nblocks):")
         self.wide("        ")
-        self.emit(f"        start = head + b * {block}")
-        self.emit(f"        m = min({block}, n - start)")
+        e(f"        start = 0 if b == 0 else head + b * {block}")
+        e(f"        m = min(head + (b + 1) * {block}, n) - start")
         for j in range(self.nslots):
             if self.pattern[j] == "1":
-                self.emit(f"        r{j} = address_as_pointer(s{j} + start * {self.isz[j]}, "
-                          f"np.{self.st[j]})")
+                e(f"        r{j} = address_as_pointer(s{j} + start * {self.isz[j]}, np.{self.st[j]})")
             else:
-                self.emit(f"        r{j} = q{j}")
-        self.emit(f"        if stream and m == {block}:")
-        self.nt_loop("            ", "r", str(block), f"s{{j}} + start * {isz0}")
-        self.emit("            sfence()")
-        self.emit("        else:")
-        self.plain_loop("            ", "r", "m", split=True)
+                e(f"        r{j} = q{j}")
+        self.heavy_loop("        ", "r", "m", "stream", f"s{{j}} + start * {isz0}")
+        e("        if stream:")
+        e("            sfence()")
 
     # -- strided ---------------------------------------------------------------------------------
     def strided(self) -> None:
@@ -854,7 +913,12 @@ class _Gen:
                 e(f"        q{j} = address_as_pointer(s{j} + g{j} * {self.isz[j]}, np.{self.st[j]})")
             self.loads("        ", "q", "0", True)
             e("        m = c1 - c0")
-            if stream:
+            if is_heavy(self.p.results):
+                self.heavy_loop("        ", "q", "m", "nt" if stream else "",
+                                f"s{{j}} + g{{j}} * {self.isz[0]}")
+                e("        if nt:")
+                e("            sfence()")
+            elif stream:
                 # Stream long contiguous output rows: peel to 64-byte alignment, then NT.
                 isz0 = self.isz[0]
                 e("        if nt:")
@@ -996,6 +1060,10 @@ class _Gen:
             e(f"{ind3}m = c1 - c0")
             if stream:
                 e(f"{ind3}addr = s0 + (g0 + c0 + rr * sm0) * {isz0}")
+            if is_heavy(self.p.results):
+                self.heavy_loop(ind3, "q", "m", f"nt and (addr | m * {isz0}) & 63 == 0"
+                                if stream else "", "addr")
+            elif stream:
                 e(f"{ind3}if nt and (addr | m * {isz0}) & 63 == 0:")
                 self.nt_loop(ind3 + "    ", "q", "m", "addr")
                 e(f"{ind3}else:")
