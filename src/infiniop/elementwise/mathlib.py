@@ -580,12 +580,17 @@ def _hardswish(m, x):
     not representable (x an odd subnormal). x is not clamped: beyond (-3, 3) the selects at the
     end decide (NaN and infinities in the unused lanes; 4 operations fewer)."""
     T = _consts(x)
+    half = _half_result(m, x)
     sh, se = _fast_two_sum(_c(m, 3.0, x), x)
     ph, pe = _two_prod(m, x, sh)
-    q = ph / 6.0
+    # fp16/bf16 results: a product for the division (the remainder's correction absorbs it:
+    # the same bits over all 65,536 inputs of each, 7% faster); float32 results keep the
+    # division (with the product, 66 of 6.3M results were 1 ulp off, each time the other one
+    # was the correctly rounded value)
+    q = ph * (1.0 / 6.0) if half else ph / 6.0
     rem = m.fma(-q, 6.0, ph) + m.fma(x, se, pe)
     y = m.fma(rem, 1.0 / 6.0, q)
-    if _half_result(m, x):       # x/2 + tail rounded to odd: -1 on the magnitude if negative
+    if half:                     # x/2 + tail rounded to odd: -1 on the magnitude if negative
         h = x * 0.5
         hb = m.bitcast(h, T.int)
         y = m.where(m.eq(y, h), m.bitcast((hb + (hb >> (T.width - 1))) | 1, x.dtype), y)
