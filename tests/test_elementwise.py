@@ -1061,7 +1061,7 @@ def test_few_float_constants_are_named_once_per_function():
 
     hardswish = src("hardswish", F16)
     kernels = [fn for fn in hardswish.split("\ndef ")[1:] if not fn.startswith("_")]
-    assert len(kernels) >= 2
+    assert len(kernels) >= 1
     for fn in kernels:
         lines = [line.strip() for line in fn.splitlines()]
         blocks = 1 + sum("in prange(" in line for line in lines)  # the function, its pranges
@@ -1253,7 +1253,7 @@ def test_heavy_body_is_rendered_twice_per_function(name, dtype):
                           ("tiled", "1" + "t" * (n - 1))):
         functions = [f for f in ek.source(prog, kind, pattern).split("\n@njit")[1:]
                      if "def _" not in f]  # (not the prelude's helpers)
-        assert [re.search(r"def (\w+)\(", f)[1] for f in functions] == ["serial", "parallel"]
+        assert [re.search(r"def (\w+)\(", f)[1] for f in functions] == ["serial"]  # (driven)
         for f in functions:
             assert len(re.findall(r"^ +sp0\[i\] = ", f, re.M)) == 2, (kind, pattern)
             assert not re.search(r"^ +q0\[[^]]*\] = .*\bt\d+", f, re.M), (kind, pattern)

@@ -180,24 +180,24 @@ def launcher(slot_operands: list[int], nops: int, nparams: int, pairs, extras,
     return kernels("launch", LAUNCHER_PRELUDE + "\n".join(L) + "\n", ("launch",))["launch"]
 
 
-KERNELS = ("serial", "parallel")  # what a math-heavy body's module holds (and row kernels')
+KERNELS = ("serial", "parallel")  # what a row kernel's module holds
 TASK_ARGS = "shape, strides, chunks, nt, serial_at, t0, t1"  # strided and tiled kernels' sizes
 TASK_PIECES = 64  # calls task_driver makes at most (each costs ~25 ns: 256 rows of 1024 lost 3 us)
 
 
 def kernel_names(kind: str, roots) -> tuple[str, ...]:
-    """The functions of a kernel module. A light body's pool loop is a shared driver
-    (:func:`flat_driver`, :func:`task_driver`) calling the module's ``serial`` (and a flat
-    body's ``streamed``) by address. A first large call compiled ``parallel`` in 0.65 s (``sub``,
-    flat), 1.14 s (``add`` with a broadcast column, strided), 2.03 s (``add(A.T, B)``, tiled);
-    now 0.16, 0.49 and 0.87 s (AMD EPYC, empty cache; a driver 0.5 s, once per operand
-    structure), same bits and speed. A math-heavy body keeps the body inside its own
-    ``parallel``: called by address, float32 erf and gelu ran 15-16% slower, float16 gelu 9%
-    (32M elements, 2 threads; the loop's IR is the same, its registers are allocated
-    differently), while silu/sigmoid were within +-3%."""
-    if is_heavy(roots):
-        return KERNELS
-    return ("serial", "streamed") if kind == "flat" else ("serial",)
+    """The functions of a kernel module: ``serial`` (and a light flat body's ``streamed``; a
+    heavy flat body's ``serial`` streams itself when asked). The pool's loop is a shared driver
+    (:func:`flat_driver`, :func:`task_driver`) calling them by address. A first large call
+    compiled ``parallel`` in 0.65 s (``sub``, flat), 1.14 s (``add`` with a broadcast column,
+    strided), 2.03 s (``add(A.T, B)``, tiled); now 0.16, 0.49 and 0.87 s (AMD EPYC, empty
+    cache; a driver 0.5 s, once per operand structure), same bits and speed. Math-heavy bodies
+    kept their own prange ``parallel`` while called by address they ran 15-16% slower (float32
+    erf, gelu); since ``heavy_loop`` they run at the same speed (2026-11-28, AMD EPYC Zen 4, 16M,
+    alternating in one process: gelu float32 11.20 vs 11.29 ms, silu float32 4.63 vs 4.61, gelu
+    float16 4.50 vs 4.55), and a prange function compiled 2.5-3.5x as long as ``serial`` (gelu
+    float32 1.65 vs 0.65 s, swiglu bfloat16 strided 7.6 vs 2.1)."""
+    return ("serial", "streamed") if kind == "flat" and not is_heavy(roots) else ("serial",)
 
 
 DRIVER_PRELUDE = '''\
@@ -239,11 +239,14 @@ def flat_driver(itemsizes: list[int], pattern: str, written: list[int],
           f"        start = head + b * {block}",
           f"        m = min({block}, n - start)",
           "        fn = serial_at",
+          "        nt = 0",
           f"        if stream and m == {block}:",
-          "            fn = stream"]
+          "            fn = stream",
+          "            nt = 1"]
     at = [f"s{j} + start * {itemsizes[j]}" if pattern[j] == "1" else f"s{j}"
           for j in range(len(itemsizes))]
-    L += [f"        call_kernel(fn, ({', '.join(at + params)}, m, 0, 0))", "    return 0"]
+    # ``nt``: a heavy body's ``serial`` is its ``streamed`` too (a light one's ignores it)
+    L += [f"        call_kernel(fn, ({', '.join(at + params)}, m, nt, 0))", "    return 0"]
     return _driver("flat", L)
 
 
@@ -828,8 +831,8 @@ class _Gen:
         """``serial``: n elements with ordinary stores. A light body also gets ``streamed``: one
         full block (BLOCK_BYTES of slot 0; every written slot 64-byte aligned) with
         non-temporal stores, then a fence; the pool's loop calling these two by address is
-        :func:`flat_driver`'s. A math-heavy body gets ``parallel`` instead: the pool's loop with
-        the body inside (see :func:`kernel_names`)."""
+        :func:`flat_driver`'s. A math-heavy body's ``serial`` streams whole lines itself when
+        ``stream`` is nonzero (the driver passes 1 for full blocks; see :func:`kernel_names`)."""
         args = ", ".join([f"s{j}" for j in range(self.nslots)] + self.params)
         heavy = is_heavy(self.p.results)
         for fname in kernel_names("flat", self.p.results):
@@ -838,48 +841,16 @@ class _Gen:
             self.wide("    ")
             self.pointers("    ", "q", "s{j}")
             self.loads("    ", "q", "0", True)
-            if fname == "serial" and heavy:
-                self.heavy_loop("    ", "q", "n")
+            if fname == "serial" and heavy:  # streamed when the driver says so
+                self.heavy_loop("    ", "q", "n", "stream", "s{j}")
+                self.emit("    if stream:")
+                self.emit("        sfence()")
             elif fname == "serial":
                 self.plain_loop("    ", "q", "n")
             elif fname == "streamed":
                 self.nt_loop("    ", "q", str(BLOCK_BYTES // self.isz[0]), "s{j}")
                 self.emit("    sfence()")
-            else:
-                self.pooled_blocks()
             self.emit("    return 0")
-
-    def pooled_blocks(self) -> None:
-        """A heavy body's ``parallel``: blocks of BLOCK_BYTES of slot 0 on the pool, the first
-        one longer by the head before slot 0's first 64-byte boundary, so that every later block
-        starts on one; each streamed (``heavy_loop``) when ``stream`` (nonzero) and the written
-        slots share slot 0's alignment mod 64."""
-        isz0 = self.isz[0]
-        block = BLOCK_BYTES // isz0
-        e = self.emit
-        e("    head = 0")
-        if any(self.isz[j] != isz0 for j in self.written):
-            e("    stream = 0")
-        for j in self.written[1:]:
-            e(f"    if (s{j} - s0) % 64 != 0:")
-            e("        stream = 0")
-        e("    if stream:")
-        e(f"        head = ((64 - (s0 & 63)) & 63) // {isz0}")
-        e(f"        if s0 % {isz0} != 0 or head > n:")
-        e("            head = n")
-        e(f"    nblocks = max((n - head + {block - 1}) // {block}, 1 if n > 0 else 0)")
-        e("    for b in prange(nblocks):")
-        self.wide("        ")
-        e(f"        start = 0 if b == 0 else head + b * {block}")
-        e(f"        m = min(head + (b + 1) * {block}, n) - start")
-        for j in range(self.nslots):
-            if self.pattern[j] == "1":
-                e(f"        r{j} = address_as_pointer(s{j} + start * {self.isz[j]}, np.{self.st[j]})")
-            else:
-                e(f"        r{j} = q{j}")
-        self.heavy_loop("        ", "r", "m", "stream", f"s{{j}} + start * {isz0}")
-        e("        if stream:")
-        e("            sfence()")
 
     # -- strided ---------------------------------------------------------------------------------
     def strided(self) -> None:
@@ -1143,6 +1114,7 @@ def kernel_functions(program, kind: str, pattern: str, operands: list[int],
     name = f"ew_{program.name}_{program.key[:10]}_{kind}_{pattern}"
     fns = kernels(name, src, kernel_names(kind, program.results))
     nslots, nparams = len(program.slots), len(program.params)
+    fns.setdefault("streamed", fns["serial"])  # a heavy body streams through serial
     if kind == "flat":
         if "parallel" not in fns:
             written = [j for j, s in enumerate(program.slots) if s.store is not None]
