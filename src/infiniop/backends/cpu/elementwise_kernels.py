@@ -1,8 +1,8 @@
 """CPU elementwise kernels generated from a traced operator (elementwise.spec.Program).
 
 One module per (program, layout kind, stride pattern) holds the Numba functions of
-:func:`kernel_names`: ``serial`` and ``parallel``, or for a light body ``serial`` (flat: and
-``streamed``), which a shared driver runs on the pool (:func:`flat_driver`, :func:`task_driver`).
+:func:`kernel_names`: ``serial`` (a light flat body's also ``streamed``), which a shared driver
+runs on the pool (:func:`flat_driver`, :func:`task_driver`).
 They take raw slot addresses (any buffer kind) and the scalar parameters. The array
 ``launch`` (:func:`launcher`, a module of its own shared by every kernel of the same operand
 structure) takes the operands as NumPy arrays and checks, in compiled code,
@@ -216,7 +216,7 @@ def _driver(stem: str, lines: list[str]) -> native.Kernel:
 
 def flat_driver(itemsizes: list[int], pattern: str, written: list[int],
                 nparams: int) -> native.Kernel:
-    """``parallel(s0.., p0.., n, stream, serial_at)``: a light flat kernel on the thread pool,
+    """``parallel(s0.., p0.., n, stream, serial_at)``: a flat kernel on the thread pool,
     shared by every flat kernel with the same slots (item sizes, dense '1' or broadcast '0',
     which are written). The n elements go to the pool in blocks of BLOCK_BYTES of slot 0, each
     a call by address of the kernel's ``serial_at``, or for a full block of its ``streamed``
@@ -251,7 +251,7 @@ def flat_driver(itemsizes: list[int], pattern: str, written: list[int],
 
 
 def task_driver(kind: str, nslots: int, nparams: int, band_rows: int = 0) -> native.Kernel:
-    """``parallel(s0.., p0.., shape, strides, chunks, nt, serial_at, t0, t1)``: a light
+    """``parallel(s0.., p0.., shape, strides, chunks, nt, serial_at, t0, t1)``: a
     strided or tiled kernel on the thread pool, its tasks (as the kernel counts them: rows x
     column chunks; tiled: bands of ``band_rows`` rows x column blocks) in up to TASK_PIECES
     consecutive runs, each a call of its ``serial_at``; shared by every such kernel with as
@@ -1105,7 +1105,7 @@ def interleave(roots) -> int:
 
 def kernel_functions(program, kind: str, pattern: str, operands: list[int],
                      pairs: list[tuple[int, int]]) -> dict:
-    """This variant's functions (:func:`kernel_names`, and a light body's shared ``parallel``)
+    """This variant's functions (:func:`kernel_names`, and the shared driver as ``parallel``)
     and its array ``launch`` (:func:`launcher`; ``operands``:
     the user operands passed as arrays, in order; ``pairs``: (written, other) positions in that
     list) as ``native.Kernel`` objects: machine code found in the kernel cache runs without
