@@ -836,7 +836,7 @@ class _Gen:
         args = ", ".join([f"s{j}" for j in range(self.nslots)] + self.params)
         heavy = is_heavy(self.p.results)
         for fname in kernel_names("flat", self.p.results):
-            self.emit(f"\n\n@njit(parallel={fname == 'parallel'}, **OPTS)")
+            self.emit("\n\n@njit(parallel=False, **OPTS)")
             self.emit(f"def {fname}({args}, n, stream, serial_at):")
             self.wide("    ")
             self.pointers("    ", "q", "s{j}")
@@ -857,8 +857,7 @@ class _Gen:
         args = ", ".join([f"s{j}" for j in range(self.nslots)] + self.params)
         stream = len(self.written) == 1 and self.pattern[0] == "1"
         for fname in kernel_names("strided", self.p.results):
-            par = fname == "parallel"
-            self.emit(f"\n\n@njit(parallel={par}, **OPTS)")
+            self.emit("\n\n@njit(parallel=False, **OPTS)")
             # chunks: column chunks per row; nt: stream rows; tasks t0..t1 (t1 < 0: all)
             self.emit(f"def {fname}({args}, {TASK_ARGS}):")
             e = self.emit
@@ -871,9 +870,7 @@ class _Gen:
             e("        rows *= shape[d]")
             e("    csz = (inner + chunks - 1) // chunks")
             e("    ntask = rows * chunks")
-            self.task_loop(par)
-            if par:
-                self.wide("        ")
+            self.task_loop()
             e("        r = t // chunks")
             e("        c0 = (t % chunks) * csz")
             e("        c1 = min(inner, c0 + csz)")
@@ -919,13 +916,9 @@ class _Gen:
                 self.plain_loop("        ", "q", "m")
             e("    return 0")
 
-    def task_loop(self, par: bool) -> None:
-        """The loop over a strided or tiled kernel's tasks: all of them on the pool
-        (``parallel``), or ``t0``..``t1`` on the calling thread (``serial``; t1 < 0: to the
-        last)."""
-        if par:
-            self.emit("    for t in prange(ntask):")
-            return
+    def task_loop(self) -> None:
+        """The loop over a strided or tiled kernel's tasks ``t0``..``t1`` (t1 < 0: to the last;
+        :func:`task_driver` hands them out on the pool)."""
         self.emit("    if t1 < 0 or t1 > ntask:")
         self.emit("        t1 = ntask")
         self.emit("    for t in range(t0, t1):")
@@ -962,8 +955,7 @@ class _Gen:
         stream = len(self.written) == 1 and self.pattern[0] == "1"
         e = self.emit
         for fname in kernel_names("tiled", self.p.results):
-            par = fname == "parallel"
-            e(f"\n\n@njit(parallel={par}, **OPTS)")
+            e("\n\n@njit(parallel=False, **OPTS)")
             e(f"def {fname}({args}, {TASK_ARGS}):")
             self.wide("    ")
             e("    nd = shape.shape[0]")
@@ -986,9 +978,7 @@ class _Gen:
                 e(f"    for k in range({R}):")
                 e(f"        tileoff{j}[k] = k * {C * self.isz[j]}")
             e("    ntask = rows * bands * chunks")
-            self.task_loop(par)
-            if par:
-                self.wide("        ")
+            self.task_loop()
             ind = "        "
             e(f"{ind}cb = (t % chunks) * csz")
             e(f"{ind}ce = min(inner, cb + csz)")
