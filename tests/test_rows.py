@@ -142,7 +142,7 @@ def model_layer_norm(x, w, b, eps):
     n = t(x.shape[-1])
     d = xf - (ordered(xf) / n)[..., None]
     std = np.sqrt(ordered(d * d) / n + t(np.float32(eps)))
-    z = d / std[..., None]
+    z = d * (t(1) / std)[..., None]
     y = z * w.astype(t) + (0 if b is None else b.astype(t))
     return y.astype(x.dtype), z.astype(x.dtype), std.astype(x.dtype)
 

@@ -33,7 +33,7 @@ ADD_RMS_NORM = row_operator(
 def _layer_norm(m, x, w, b, eps):
     d = x - m.mean(x)
     std = m.sqrt(m.mean(d * d) + eps)
-    z = d / std
+    z = d * (1 / std)  # one division per row, as torch and InfiniCore compute it
     y = z * w if b is None else z * w + b
     return y, z, std
 
@@ -41,7 +41,7 @@ def _layer_norm(m, x, w, b, eps):
 LAYER_NORM = row_operator(
     "layer_norm", "output:out, input_standardization:out, input_std_deviation:out:stat, input, "
     "weight:col, bias?:col", _layer_norm, dtypes=FLOATS, params=[Param("eps", "f32", 1e-5)],
-    doc="z = (x - mean) / sqrt(var + eps) (biased variance); output = z * weight + bias")
+    doc="z = (x - mean) * (1 / sqrt(var + eps)) (biased variance); output = z * weight + bias")
 
 
 def _softmax(m, x):
