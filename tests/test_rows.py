@@ -550,6 +550,44 @@ def test_streamed_rows_prefetch_the_next_row(handle, dtype, fn):
     d.destroy()
 
 
+def test_row_kernels_run_on_a_shared_pool_driver(handle, monkeypatch):
+    """A row kernel's module holds ``serial`` only (tasks t0 to t1); a large call runs it
+    through ``row_kernels.row_driver``, shared by every row kernel of its kind with as many
+    slots and parameters (each compiled its own prange function before, about twice as long
+    as ``serial``). Many tasks (small ones forced), row and col kinds: the bits of the serial
+    call."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+    from infiniop.backends.cpu import rows as cpu_rows
+
+    x = np.empty((4, 300), np.float32)
+    drivers = {}
+    for op in ("softmax", "logsoftmax"):
+        d = getattr(infiniop, f"create_{op}_descriptor")(
+            handle, *(TensorDescriptor.from_array(a) for a in (x, x)))
+        info = d.info
+        src = row_kernels.source(info.program, info.kind, info.pattern, "", False)
+        assert "def serial(" in src and "prange(" not in src and "def parallel" not in src
+        fns = row_kernels.kernel_functions(info.program, info.kind, info.pattern, "", False,
+                                           [0, 1], [])
+        drivers[op] = fns["parallel"]
+        d.destroy()
+    assert drivers["softmax"] is drivers["logsoftmax"]
+    rng = np.random.default_rng(21)
+    x = draw(rng, np.float32, (96, 250), 3)
+    w = draw(rng, np.float32, (250,))
+    calls = [lambda: infiniop.softmax(x), lambda: infiniop.softmax(x, axis=0),
+             lambda: infiniop.layer_norm(x, w, w), lambda: infiniop.rms_norm(x, w)]
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1 << 40)
+    want = [call() for call in calls]
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(cpu_rows, "TASK_ELEMS", 500)  # tasks of 2 rows (col kind: blocks)
+    for call, base in zip(calls, want):
+        for got, exp in zip(*(r if isinstance(r, tuple) else (r,) for r in (call(), base))):
+            assert_exact(got, exp)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
 def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dtype):
     """softmax asks for the next row's lines in its exp pass (its heaviest), not in the output
@@ -562,7 +600,7 @@ def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dt
     d = infiniop.create_softmax_descriptor(handle, *(TensorDescriptor.from_array(a) for a in (x, x)))
     info = d.info
     src = row_kernels.source(info.program, info.kind, info.pattern, "", True)
-    lines = [line.strip() for line in src[src.index("def parallel"):].splitlines()]
+    lines = [line.strip() for line in src[src.index("def serial"):].splitlines()]
     asks = [i for i, line in enumerate(lines) if "(qn" in line]
     exp_pass = next(i for i, line in enumerate(lines) if line.startswith("pcache[j] ="))
     assert asks and all(i < exp_pass for i in asks), asks
@@ -680,8 +718,8 @@ def test_softmax_exp_pass_takes_its_constants_from_task_variables(handle, stream
     info = d.info
     src = row_kernels.source(info.program, info.kind, info.pattern, "", streamed)
     d.destroy()
-    lines = [line.strip() for line in src[src.index("def parallel"):].splitlines()]
-    task = next(i for i, line in enumerate(lines) if line.startswith("for t in prange"))
+    lines = [line.strip() for line in src[src.index("def serial"):].splitlines()]
+    task = next(i for i, line in enumerate(lines) if line.startswith("for t in range(t0, t1)"))
     defined = {line.split(" = ")[0]: i for i, line in enumerate(lines)
                if re.fullmatch(r"kc\d+ = opaque\(np\.float32\(.+\)\)", line)}
     assert len(defined) >= 10 and all(i > task for i in defined.values()), defined

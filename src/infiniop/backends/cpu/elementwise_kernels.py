@@ -180,7 +180,6 @@ def launcher(slot_operands: list[int], nops: int, nparams: int, pairs, extras,
     return kernels("launch", LAUNCHER_PRELUDE + "\n".join(L) + "\n", ("launch",))["launch"]
 
 
-KERNELS = ("serial", "parallel")  # what a row kernel's module holds
 TASK_ARGS = "shape, strides, chunks, nt, serial_at, t0, t1"  # strided and tiled kernels' sizes
 TASK_PIECES = 64  # calls task_driver makes at most (each costs ~25 ns: 256 rows of 1024 lost 3 us)
 

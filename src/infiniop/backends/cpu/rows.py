@@ -62,13 +62,16 @@ class RowKernel:
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(len(slots), lay.ndim)
         self._astr = np.array(info.axis_strides, dtype=np.int64)
-        self._sizes = (n, self._shape, self._strides, self._astr, per_task, cfg)
+        sizes = (n, self._shape, self._strides, self._astr, per_task, cfg)
+        serial_at = fns["serial"].address(*[0] * len(slots), *self.params, *sizes, 0, 0, -1)
+        self._sizes = (*sizes, serial_at, 0, -1)  # every task (the driver: serial_at's)
         # fixed argument types (native.Kernel), as in elementwise.ElementwiseKernel
         which = "parallel" if self.parallel else "serial"
         args = (*[0] * len(slots), *self.params, *self._sizes)
         self._fn = fns[which].specialize(*args)
         self.meta = launcher_tables([n, per_task, cfg, fns[which].address(*args)], info, operands,
-                                    self._origins, (self._shape, self._strides, self._astr))
+                                    self._origins, (self._shape, self._strides, self._astr,
+                                                    [serial_at]))
         self.array_launcher_args = (self.meta,)
         ops = info.spec.operands
         arrays = launcher_arrays([info.descs[k] for k in operands],
