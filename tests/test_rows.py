@@ -859,6 +859,60 @@ def test_rope_in_place_reads_and_writes_one_pointer(handle, algo):
         assert "q1[i + xb] = " in src
 
 
+@pytest.mark.parametrize("algo", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.float64],
+                         ids=["f16", "bf16", "f32", "f64"])
+def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
+    """Large out-of-place calls compute each row whose y is one run of whole lines starting on
+    a line into a stack chunk and store it from there non-temporally (``rope.source(...,
+    stream=True)``); other rows (y 16 bytes past a line, as NumPy allocates; padded rows, some
+    on a line and some not), in-place calls and rows of partial lines store as before. The
+    same bits in every case; the condition as generated."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import rope as cpu_rope
+
+    rng = np.random.default_rng(30 + algo)
+    x = draw(rng, dtype, (33, 8, 64))  # rows enough for both threads to stage at once
+    pos = rng.permutation(50)[:33].astype(np.int32)
+    sin, cos = _tables(rng, 50, 32, dtype)
+    d = infiniop.create_rope_descriptor(handle, *(TensorDescriptor.from_array(a) for a in
+                                                  (x, x, pos, sin, cos)), algo)
+    steps = "22-11" if algo == 0 else "11-11"
+    assert "nt_store(wo, i, ws[i])" in cpu_rope.source(d.info.program, steps, True)
+    assert "nt_store(" not in cpu_rope.source(d.info.program, steps)
+    d.destroy()
+    want = infiniop.rope(x, pos, sin, cos, algo=algo)
+    assert_close(want, ref_rope(x, pos, sin, cos, algo), dtype)
+    x3 = x[..., :24].copy()  # rows of 48 bytes in fp16: not whole lines
+    s3, c3 = sin[:, :12].copy(), cos[:, :12].copy()
+    want3 = infiniop.rope(x3, pos, s3, c3, algo=algo)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+
+    def at(offset, shape, dt):  # an output ``offset`` bytes past a line
+        n = int(np.prod(shape)) * np.dtype(dt).itemsize
+        buf = infiniop.empty_aligned((n + 64,), np.uint8)
+        return buf[offset:offset + n].view(dt).reshape(shape)
+
+    def rope(out, x, sin, cos):  # a new descriptor each time (planned with the thresholds)
+        return run(handle, "rope", [out], [x, pos, sin, cos], algo=algo)[0]
+
+    for out in (at(0, x.shape, dtype), at(16, x.shape, dtype),
+                at(0, (33, 8, 80), dtype)[..., :64]):  # padded: rows on and off a line
+        assert_exact(rope(out, x, sin, cos), want)
+    d = infiniop.create_rope_descriptor(handle, *(TensorDescriptor.from_array(a) for a in
+                                                  (x, x, pos, sin, cos)), algo)
+    for _ in range(100):  # each task stages in its own frame: threads sharing one chunk raced
+        out = at(0, x.shape, dtype)
+        d.calculate(None, out, x, pos, sin, cos)
+        assert_exact(out, want)
+    d.destroy()
+    xi = x.copy()  # in place
+    assert_exact(rope(xi, xi, sin, cos), want)
+    assert_exact(rope(at(0, x3.shape, dtype), x3, s3, c3), want3)
+
+
 def test_rope_position_dtypes(handle):
     rng = np.random.default_rng(13)
     x = draw(rng, np.float32, (6, 2, 8))

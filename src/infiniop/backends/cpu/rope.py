@@ -2,8 +2,10 @@
 
 Generated per (signature, step pattern): the per-pair steps of y, x and the tables' columns are
 baked in when they are 1 or 2 (contiguous NeoX halves, interleaved GPT-J pairs), so the pair loop
-vectorises. Positions are checked first, in compiled code: one outside the tables returns 1000 and
-nothing is written.
+vectorises; and per streaming: a large out-of-place call stages each row whose y is whole lines
+on a line in a stack chunk and stores it non-temporally. Positions are checked first, in
+compiled code: one outside the tables returns 1000 and nothing is written. Rows are walked with
+an odometer (one division per dimension per task, not per row).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .elementwise_kernels import (
 from .row_kernels import _render
 
 TASK_ELEMS = 1 << 15
+STAGE_BYTES = 4096  # a streamed row's stack chunk: rows of whole lines up to this size stream
 
 
 def _step(v: int) -> str:
@@ -40,17 +43,18 @@ def _step(v: int) -> str:
 WORDS = {DType.F16: 32, DType.BF16: 32, DType.F32: 64}
 
 
-def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str) -> None:
+def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str,
+               y_at: str = "") -> None:
     """Emit the word loop of a GPT-J row (pairs adjacent: yb = xb = 1, both rows aligned to a
-    pair) storing through ``out`` (``w0``, or ``w1`` in place), then ``else:`` for the element
-    loop the caller emits."""
+    pair) storing through ``out`` (``w0``, or ``w1`` in place; ``w0`` at ``y_at``, a staged
+    row's stack chunk, when given), then ``else:`` for the element loop the caller emits."""
     dt = dts[0]
     bits = WORDS[dt]
     u = f"np.uint{bits}"
     e(f"{I}if yb == 1 and xb == 1 and (s0 + g0 * {isz}) % {2 * isz} == 0 "
       f"and (s1 + g1 * {isz}) % {2 * isz} == 0:")
     J = I + "    "
-    e(f"{J}w0 = address_as_pointer(s0 + g0 * {isz}, {u})")
+    e(f"{J}w0 = address_as_pointer({y_at or f's0 + g0 * {isz}'}, {u})")
     e(f"{J}w1 = address_as_pointer(s1 + g1 * {isz}, {u})")
     e(f"{J}for i in range(half):")
     K = J + "    "
@@ -77,7 +81,9 @@ def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str) ->
     e(f"{I}else:")
 
 
-def source(prog, steps: str) -> str:
+def source(prog, steps: str, stream: bool = False) -> str:
+    """``stream``: out-of-place rows whose y is one run of whole 64-byte lines are computed
+    into a stack chunk and stored from there non-temporally (large calls)."""
     dts = prog.dtypes  # y, x, pos, sin, cos
     isz = [d.itemsize for d in dts]
     st = [STORAGE[d] for d in dts]
@@ -90,14 +96,16 @@ def source(prog, steps: str) -> str:
         base = "i" if step == "1" else f"i * {step}" if step == "2" else f"i * st{k}"
         return base + off
 
-    def pair_loops(I: str, inplace: bool) -> None:
+    def pair_loops(I: str, inplace: bool, staged: bool = False) -> None:
         """A row's pairs: words (GPT-J, where they fit) or elements; stored through x's
-        pointer and steps when ``inplace``."""
+        pointer and steps when ``inplace``, into the stack chunk ``sc`` (y's layout) when
+        ``staged``."""
         o, ob = (1, "xb") if inplace else (0, "yb")
         J = I
         if steps[:2] == "22" and dts[0] == dts[1] and dts[0] in WORDS:
             J += "    "
-            word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, f"w{o}")
+            word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, f"w{o}",
+                       "sc" if staged else "")
         e(f"{J}for i in range(half):")
         K = J + "    "
         xa, xb = idx(1), idx(1, " + xb")
@@ -108,8 +116,41 @@ def source(prog, steps: str) -> str:
         for line in lines:
             e(K + line)
         ya, yb = idx(o), idx(o, f" + {ob}")
-        e(f"{K}q{o}[{ya}] = {_store(dts[0], outs[0], prog.results[0].dtype)}")
-        e(f"{K}q{o}[{yb}] = {_store(dts[0], outs[1], prog.results[1].dtype)}")
+        y = "qs" if staged else f"q{o}"
+        e(f"{K}{y}[{ya}] = {_store(dts[0], outs[0], prog.results[0].dtype)}")
+        e(f"{K}{y}[{yb}] = {_store(dts[0], outs[1], prog.results[1].dtype)}")
+
+    def out_of_place(I: str) -> None:
+        if not stream:
+            pair_loops(I, False)
+            return
+        # y's row one run (NeoX halves abutting, or GPT-J pairs adjacent) starting on a line;
+        # the row's length is whole lines (RopeKernel streams only then)
+        run = "yb == half" if steps[0] == "1" else "yb == 1"
+        e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
+        J = I + "    "
+        e(f"{J}qs = address_as_pointer(sc, np.{st[0]})")
+        pair_loops(J, False, staged=True)
+        e(f"{J}wo = address_as_pointer(s0 + g0 * {isz[0]}, np.uint32)")
+        e(f"{J}ws = address_as_pointer(sc, np.uint32)")
+        e(f"{J}for i in range(half * {isz[0] // 2}):")
+        e(f"{J}    nt_store(wo, i, ws[i])")
+        e(f"{I}else:")
+        pair_loops(J, False)
+
+    def next_row(I: str) -> None:
+        """Step the odometer ``ix`` (innermost dimension first) and the offsets with it."""
+        e(f"{I}d = nd - 1")
+        e(f"{I}while d >= 0:")
+        e(f"{I}    ix[d] += 1")
+        for j in range(3):
+            e(f"{I}    g{j} += strides[{j}, d]")
+        e(f"{I}    if ix[d] < shape[d]:")
+        e(f"{I}        break")
+        e(f"{I}    ix[d] = 0")
+        for j in range(3):
+            e(f"{I}    g{j} -= shape[d] * strides[{j}, d]")
+        e(f"{I}    d -= 1")
 
     for par in (False, True):
         e(f"\n\n@njit(parallel={par}, **OPTS)")
@@ -130,30 +171,40 @@ def source(prog, steps: str) -> str:
         e("    t4 = steps[6]")
         e("    st4 = steps[7]")
         for check in (True, False):
-            loop = "range" if check or not par else "prange"
-            if check:
-                e("    for r in range(rows):")
-                I = "        "
+            if check:  # every position first: one outside the tables writes nothing
+                e("    ix = np.empty(max(nd, 1), np.int64)")
+                e("    r0 = 0")
+                e("    r1 = rows")
+                I = "    "
             else:
                 e("    ntask = (rows + per_task - 1) // per_task")
-                e(f"    for t in {loop}(ntask):")
+                e(f"    for t in {'prange' if par else 'range'}(ntask):")
                 if WIDE and par:
                     e("        prefer_512_bit_vectors()")
-                e("        for r in range(t * per_task, min(rows, (t + 1) * per_task)):")
-                I = "            "
-            e(f"{I}rem = r")
+                if stream:  # in the task's own frame (a prange body is a function of its own)
+                    e(f"        sc = stack_scratch({STAGE_BYTES})")
+                e("        ix = np.empty(max(nd, 1), np.int64)")
+                e("        r0 = t * per_task")
+                e("        r1 = min(rows, r0 + per_task)")
+                I = "        "
+            # the first row's offsets by division, the next ones counted (an odometer): two
+            # integer divisions a dimension per row cost about as much as a row of 64 pairs
+            e(f"{I}rem = r0")
             for j in range(3):
                 e(f"{I}g{j} = 0")
             e(f"{I}for d in range(nd - 1, -1, -1):")
             e(f"{I}    ext = shape[d]")
-            e(f"{I}    idx = rem % ext")
+            e(f"{I}    ix[d] = rem % ext")
             e(f"{I}    rem //= ext")
             for j in range(3):
-                e(f"{I}    g{j} += idx * strides[{j}, d]")
+                e(f"{I}    g{j} += ix[d] * strides[{j}, d]")
+            e(f"{I}for r in range(r0, r1):")
+            I += "    "
             e(f"{I}p = np.int64(address_as_pointer(s2 + g2 * {isz[2]}, np.{st[2]})[0])")
             if check:
                 e(f"{I}if p < 0 or p >= maxpos:")
                 e(f"{I}    return 1000")
+                next_row(I)
                 continue
             e(f"{I}q0 = address_as_pointer(s0 + g0 * {isz[0]}, np.{st[0]})")
             e(f"{I}q1 = address_as_pointer(s1 + g1 * {isz[1]}, np.{st[1]})")
@@ -165,9 +216,12 @@ def source(prog, steps: str) -> str:
                 e(f"{I}if s0 + g0 * {isz[0]} == s1 + g1 * {isz[1]} and yb == xb and st0 == st1:")
                 pair_loops(I + "    ", True)
                 e(f"{I}else:")
-                pair_loops(I + "    ", False)
+                out_of_place(I + "    ")
             else:
-                pair_loops(I, False)
+                out_of_place(I)
+            next_row(I)
+            if stream:  # once per task: the rows' non-temporal stores drain meanwhile
+                e("        sfence()")
         e("    return 0")
     return PRELUDE + "\n".join(L) + "\n"
 
@@ -186,14 +240,18 @@ class RopeKernel:
         # per-pair step class of each operand (index = operand; pos has none: "-")
         steps = _step(ya) + _step(xa) + "-" + _step(s3) + _step(s4)
         pairs = [(0, k) for k in range(1, 5)]
-        fns = kernels(f"rope_{prog.key[:10]}_{steps}", source(prog, steps), ("serial", "parallel"))
         n = info.numel
+        isz = [d.dtype.itemsize for d in info.descs]
+        row_bytes = 2 * info.half * isz[0]
+        stream = (steps[0] in "12" and row_bytes % 64 == 0 and row_bytes <= STAGE_BYTES
+                  and runtime.streams(n * (isz[0] + isz[1])))
+        fns = kernels(f"rope_{prog.key[:10]}_{steps}{'_nt' if stream else ''}",
+                      source(prog, steps, stream), ("serial", "parallel"))
         self.parallel = info.rows > 1 and n >= runtime.PARALLEL_THRESHOLD
         per_task = info.rows
         if self.parallel:
             per_task = max(1, min(-(-info.rows // (8 * runtime.num_threads())),
                                   -(-TASK_ELEMS // (2 * info.half))))
-        isz = [d.dtype.itemsize for d in info.descs]
         self._origins = [lay.offsets[0] * isz[0], lay.offsets[1] * isz[1],
                          lay.offsets[2] * isz[2], 0, 0]
         self._shape = np.array(lay.shape, dtype=np.int64)
