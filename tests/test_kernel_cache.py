@@ -202,18 +202,27 @@ def test_warmup_compiles_into_the_cache(tmp_path, monkeypatch, capsys):
     assert ("sub", "float32") in warmup.tasks(("float32",))
     assert ("rearrange", "uint16") in warmup.tasks(("float32",))
     assert all(dt == "float64" for op, dt in warmup.tasks(("float64",)) if op != "rearrange")
-    monkeypatch.setattr(warmup, "tasks", lambda dtypes: [("neg", "float64")])
+    groups = {op for op, dt in warmup.tasks(("bfloat16",))}  # what a transformer layer calls
+    assert {"silu", "swiglu", "rms_norm", "layer_norm", "softmax", "causal_softmax",
+            "rope"} <= groups, groups
+    monkeypatch.setattr(warmup, "tasks", lambda dtypes: [("neg", "float64"),
+                                                         ("rms_norm", "float64")])
     monkeypatch.setenv("INFINIOP_CACHE_DIR", str(tmp_path))  # read by the workers
     monkeypatch.setattr(kernel_cache, "root", lambda: tmp_path)
     assert cli.main(["warmup", "--processes", "1"]) == 0
     out = capsys.readouterr().out
-    assert "1 operator/dtype groups in 1 processes" in out and "the cache grew by" in out
+    assert "2 operator/dtype groups in 1 processes" in out and "the cache grew by" in out
     assert kernel_cache.usage(tmp_path) > 0
     assert any("ew_neg" in p.name for p in tmp_path.rglob("*.py"))
     # the large call's functions: the kernel's plain and streaming loops, the pool's driver
     stored = {p.name.split(".")[1] for p in tmp_path.rglob("*.nko")
               if p.name.startswith(("ew_neg", "flat_"))}
     assert {"serial", "streamed", "parallel"} <= stored, stored
+    # rms_norm: small and large (streamed) row kernels and the row kinds' pool driver
+    rows = {p.name for p in tmp_path.rglob("*.nko") if p.name.startswith("rows_")}
+    assert any("_nt" in n and ".serial." in n for n in rows) and \
+        any("_nt" not in n and ".serial." in n for n in rows) and \
+        any(n.startswith("rows_row") and ".parallel." in n for n in rows), rows
 
 
 def test_numba_cache_entries_never_share_a_data_file(tmp_path, monkeypatch):

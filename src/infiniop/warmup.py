@@ -5,8 +5,11 @@ process loads it in about a millisecond without starting Numba. Warming up once 
 install (or an upgrade: the cache is per version) moves those compilations out of the first
 run of a program. What is compiled: every elementwise operator on contiguous operands (small
 and large calls: the serial, the multi-threaded and the streaming kernels) and with a broadcast
-row, for the chosen dtypes; rearrange's copy, strided and transpose kernels for 1, 2, 4 and
-8-byte elements.
+row, and the activations of transformer layers (silu, gelu, gelu_tanh, swiglu), for the chosen
+dtypes; the row operators (rms_norm, add_rms_norm, layer_norm, softmax, causal_softmax,
+logsoftmax) along a contiguous last axis and rope (both algorithms, int32 and int64
+positions), each as a small call and as a large one (its streaming kernel on the pool);
+rearrange's copy, strided and transpose kernels for 1, 2, 4 and 8-byte elements.
 The work is spread over the CPU's cores (one process each).
 """
 
@@ -17,6 +20,8 @@ import sys
 import time
 
 DTYPES = ("float32", "float16", "bfloat16")
+ACTIVATIONS = ("silu", "gelu", "gelutanh", "swiglu")
+ROWS = ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "causal_softmax", "logsoftmax")
 
 
 def tasks(dtypes=DTYPES) -> list[tuple[str, str]]:
@@ -29,7 +34,24 @@ def tasks(dtypes=DTYPES) -> list[tuple[str, str]]:
         for spec in (ADD, SUB, MUL, DIV, CLIP, MAXIMUM, MINIMUM, NEG, ABS, RELU, WHERE):
             if as_dtype(dt) in spec.dtypes:
                 out.append((spec.name, dt))
+        out += [(name, dt) for name in ACTIVATIONS + ROWS + ("rope",)
+                if _supports(name, as_dtype(dt))]
     return out + [("rearrange", w) for w in ("uint8", "uint16", "uint32", "uint64")]
+
+
+def _supports(name: str, dt) -> bool:
+    """Whether the operator ``name`` (elementwise, row or rope) takes ``dt`` for every float
+    operand."""
+    import infiniop
+
+    spec = getattr(infiniop, name)
+    if hasattr(spec, "dtypes"):
+        return dt in spec.dtypes
+    if name == "rope":
+        from .rows.rope import SIGNATURES as sigs
+    else:
+        sigs = spec.signatures
+    return any(all(d == dt or not d.is_float for d in sig.dtypes) for sig in sigs)
 
 
 def run_task(what: str, dtype: str) -> None:
@@ -41,6 +63,31 @@ def run_task(what: str, dtype: str) -> None:
     from infiniop.dtype import as_dtype
 
     npdt = as_dtype(dtype).numpy
+    # large: the pool's kernels, with the streaming stores of a call that large
+    large = max(runtime.PARALLEL_THRESHOLD, -(-runtime.NT_THRESHOLD_BYTES // npdt.itemsize))
+    large = -(-large // 4096) * 4096  # whole rows of 4096, 64 rows and 2 x 2 blocks
+    if what in ROWS or what == "rope":
+        n = 4096
+        rows = large // n
+        # small and large; 2-d and 3-d (each rank has its own compiled array launcher)
+        for shape in ((4, n), (2, 2, n), (rows, n), (rows // 2, 2, n)):
+            x = np.zeros(shape, npdt)
+            w = np.ones(n, npdt)
+            if what == "rope":
+                if len(shape) == 3:
+                    continue
+                seq = shape[0]
+                x = x.reshape(seq, 32, 128)
+                tab = np.zeros((seq, 64), npdt)
+                for pos_dtype in (np.int32, np.int64):
+                    for algo in (0, 1):
+                        ip.rope(x, np.zeros(seq, pos_dtype), tab, tab, algo=algo)
+                continue
+            # the operands after x: a weight (rms_norm), an addend and a weight
+            # (add_rms_norm), a weight and a bias (layer_norm)
+            rest = {"rms_norm": [w], "add_rms_norm": [x, w], "layer_norm": [w, w]}
+            getattr(ip, what)(x, *rest.get(what, []))
+        return
     if what == "rearrange":
         for shape in ((8, 16), (runtime.PARALLEL_THRESHOLD // 512 + 1, 512)):
             x = np.zeros(shape, npdt)
@@ -49,14 +96,14 @@ def run_task(what: str, dtype: str) -> None:
             ip.copy_(np.empty_like(x), x)                        # memcpy
         return
     spec = getattr(ip, what)
-    # small; large: the pool's kernels, with the streaming stores of a call that large
-    large = max(runtime.PARALLEL_THRESHOLD, -(-runtime.NT_THRESHOLD_BYTES // npdt.itemsize))
     for n in (64, large):
         args = []
         for k in range(spec.arity):
             want = spec.input_dtype(k, as_dtype(dtype))
             args.append(np.zeros(n, want.numpy))
         spec(*args)                                              # contiguous
+        spec(*(a.reshape(2, -1) for a in args))                  # the 2-d and 3-d launchers
+        spec(*(a.reshape(2, 2, -1) for a in args))
         row = [a[: n // 64] for a in args]
         spec(*([args[0].reshape(64, -1)] + row[1:]))             # broadcast row
 
