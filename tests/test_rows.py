@@ -913,6 +913,27 @@ def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
     assert_exact(rope(at(0, x3.shape, dtype), x3, s3, c3), want3)
 
 
+def test_rope_rows_counted_across_dimensions(handle, monkeypatch):
+    """A task steps from row to row like an odometer (carries across every dimension of a
+    layout that does not coalesce: batch, seq and heads each permuted in memory, serial and
+    in many parallel tasks that start mid-dimension): the bits of the contiguous call."""
+    rng = np.random.default_rng(33)
+    x = draw(rng, np.float32, (3, 5, 4, 32))
+    pos = rng.integers(0, 40, (3, 5)).astype(np.int64)
+    sin, cos = _tables(rng, 40, 16, np.float32)
+    want = infiniop.rope(x, pos, sin, cos, algo=1)
+    assert_close(want, ref_rope(x, pos, sin, cos, 1), np.float32)
+    xp = np.ascontiguousarray(x.transpose(2, 0, 1, 3)).transpose(1, 2, 0, 3)  # heads outermost
+    xq = np.ascontiguousarray(x.transpose(1, 2, 0, 3)).transpose(2, 0, 1, 3)  # batch innermost
+    for threshold in (1 << 40, 1):
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", threshold)
+        for v in (xp, xq):
+            assert_exact(run(handle, "rope", [np.empty_like(x)], [v, pos, sin, cos], algo=1)[0],
+                         want)
+            out = np.empty_like(xq)  # a permuted output too
+            assert_exact(run(handle, "rope", [out], [v, pos, sin, cos], algo=1)[0], want)
+
+
 def test_rope_position_dtypes(handle):
     rng = np.random.default_rng(13)
     x = draw(rng, np.float32, (6, 2, 8))
