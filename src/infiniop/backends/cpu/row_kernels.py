@@ -802,7 +802,10 @@ class _Gen:
 
 def source(program, kind: str, pattern: str, inner: str, stream: bool) -> str:
     g = _Gen(program, kind, pattern, inner, stream)
-    g.col_kernel() if kind == "col" else g.row_kernel()
+    if kind == "col":
+        g.col_kernel()
+    else:
+        g.row_kernel()
     g.e("    return 0")
     ilv = interleave(program)
     return PRELUDE + "\n".join(g.L) + "\n" + (f"\nLOOP_INTERLEAVE = {ilv}\n" if ilv else "")
