@@ -459,7 +459,7 @@ class _Gen:
         self.written = [j for j, s in enumerate(self.slots) if s.store is not None]
         self.L: list[str] = []
         # a body with few float constants names them (see constant_definitions), defined where
-        # each function and each prange body starts (``wide``'s marks)
+        # each function starts (``wide``'s marks)
         few = len({(n.args[0], n.dtype) for n in topo(program.results)
                    if n.op == "const" and n.dtype in ("f32", "f64")}) <= NAMED_CONSTANTS
         self.consts: dict[str, str] | None = {} if few else None
@@ -469,8 +469,8 @@ class _Gen:
         self.L.append(line)
 
     def wide(self, indent: str) -> None:
-        """Ask for 512-bit vectors in the function compiled from this point (a prange body is a
-        function of its own); the named constants are defined here too (:meth:`define`)."""
+        """Ask for 512-bit vectors in the function compiled from this point; the named
+        constants are defined here too (:meth:`define`)."""
         if WIDE:
             self.emit(f"{indent}prefer_512_bit_vectors()")
         self.marks.append((len(self.L), indent))

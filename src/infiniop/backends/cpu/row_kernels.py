@@ -151,8 +151,8 @@ class _Gen:
                 self.e(f"    a{j} = astr[{j}]")
 
     def wide(self, indent: str) -> None:
-        """Ask for 512-bit vectors in the function compiled from here (a prange body is a
-        function of its own), as the elementwise kernels do."""
+        """Ask for 512-bit vectors in the function compiled from here, as the elementwise
+        kernels do."""
         if WIDE:
             self.e(f"{indent}prefer_512_bit_vectors()")
 
