@@ -3,13 +3,14 @@
 A kernel is compiled the first time any process needs it (0.3-1 s each); after that every
 process loads it in about a millisecond without starting Numba. Warming up once after an
 install (or an upgrade: the cache is per version) moves those compilations out of the first
-run of a program. What is compiled: every elementwise operator on contiguous operands (small
-and large calls: the serial, the multi-threaded and the streaming kernels) and with a broadcast
-row, and the activations of transformer layers (silu, gelu, gelu_tanh, swiglu), for the chosen
-dtypes; the row operators (rms_norm, add_rms_norm, layer_norm, softmax, causal_softmax,
-logsoftmax) along a contiguous last axis and rope (both algorithms, int32 and int64
-positions), each as a small call and as a large one (its streaming kernel on the pool);
-rearrange's copy, strided and transpose kernels for 1, 2, 4 and 8-byte elements.
+run of a program. What is compiled, for the chosen dtypes: the arithmetic operators (add, sub,
+mul, div, clip, maximum, minimum, neg, abs, relu, where) and the activations of transformer
+layers (silu, gelu, gelutanh, swiglu) on contiguous operands (small and large calls: the serial,
+the multi-threaded and the streaming kernels; 1-3 dimensional arrays) and with a broadcast row;
+the row operators (rms_norm, add_rms_norm, layer_norm, softmax, causal_softmax, logsoftmax)
+along a contiguous last axis and rope (both algorithms, int32 and int64 positions), each as a
+small call and as a large one (its streaming kernel on the pool); rearrange's copy, strided and
+transpose kernels for 1, 2, 4 and 8-byte elements.
 The work is spread over the CPU's cores (one process each).
 """
 
