@@ -259,7 +259,7 @@ F32_CR = {"exp_nonpositive": 0.88}
 # cheaper for fp16/bf16 results
 HALF_VARIANTS = ["silu", "sigmoid", "tanh", "gelu", "gelu_tanh", "softplus", "log", "log2", "log10",
                  "log1p", "exp_nonpositive", "erf", "erfc", "atanh", "erfinv", "quickgelu",
-                 "exp", "exp2", "expm1"]
+                 "exp", "exp2", "expm1", "hardswish"]
 PIPELINE_HALF = list(CASES) if LONG else ["silu", "erfinv"]
 
 
