@@ -48,6 +48,28 @@ def test_quick_suite_on_tiny_sizes_writes_table_and_json(tmp_path, monkeypatch):
     assert "bandwidth: copy" in text and "sub float32 contiguous 4096" in text
 
 
+def test_cases_from_memory_are_timed_against_a_twin_copy_in_the_same_rounds(monkeypatch):
+    """A case larger than the last-level cache gets a copy (one input) or an add (two) of the
+    same bytes in its interleaved rounds, and %twin = its rate over the twin's; cases that fit
+    in the cache get none ("-")."""
+    monkeypatch.setattr("infiniop.bench.suite.QUICK_SIZES", (1 << 12,))
+    monkeypatch.setattr("infiniop.bench.machine.last_level_cache_bytes", lambda: 40_000)
+    records, text = _run(quick=True, ops=["sub", "clip"], dtypes=["float32"], layouts=["contiguous"])
+    sub, clip = records[1:]
+    assert sub["bytes"] == 3 * 4096 * 4 > 40_000 > clip["bytes"]
+    assert "twin" in sub["impls"]  # 48 KiB moved: larger than the (pretended) cache
+    t = sub["impls"]["twin"]
+    assert t["gbps"] * t["median"] * 1e9 == pytest.approx(3 * 4096 * 4)  # an add of the same bytes
+    assert sub["of_twin"] == pytest.approx(sub["impls"]["infiniop"]["gbps"] / t["gbps"])
+    assert "twin" not in clip["impls"] and "of_twin" not in clip  # 32 KiB: from the cache
+    head = next(line for line in text.splitlines() if line.startswith("case"))
+    assert "%twin" in head.split()
+    row = next(line for line in text.splitlines() if line.startswith("sub float32")).split()
+    assert row[head.split().index("%twin") + 3] == f"{100 * sub['of_twin']:.0f}%"
+    row = next(line for line in text.splitlines() if line.startswith("clip float32")).split()
+    assert row[head.split().index("%twin") + 3] == "-"
+
+
 def test_disagreement_is_an_error_not_a_timing():
     a = np.arange(8, dtype=np.float32)
 

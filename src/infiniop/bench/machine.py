@@ -99,6 +99,26 @@ def bandwidth(nbytes: int = 512 << 20, rounds: int = 5) -> dict:
     return out
 
 
+def twin(nbytes: int, streams_in: int):
+    """A callable moving ``nbytes`` the way a case does: a copy (one input read, one written) or,
+    for cases reading two or more arrays, an add (two read, one written), our streaming kernels.
+    Timed in the case's own interleaved rounds, it is the ceiling at the case's moment: on a
+    shared machine the bandwidth can change by half between the start and the end of a run.
+    Returns (callable, bytes it moves)."""
+    from ..handle import create_handle
+    from ..memory import empty_aligned
+    from ..tensor import TensorDescriptor
+
+    k = 2 if streams_in <= 1 else 3
+    n = max(nbytes // (4 * k), 16)
+    arrays = [empty_aligned(n, np.float32) for _ in range(k)]
+    for a in arrays:
+        a.fill(1.0)
+    d = TensorDescriptor.from_array(arrays[0])
+    desc = _op("copy" if k == 2 else "add", k - 1).create_descriptor(create_handle("cpu"), *[d] * k)
+    return (lambda: desc.calculate(None, *arrays)), k * n * 4
+
+
 def best_of(first: dict, *later: dict) -> dict:
     """One ceiling from several measurements of ``bandwidth`` (taken before and after the cases):
     the best rate of each kind, with every measurement kept (``copy_runs``/``triad_runs``)."""

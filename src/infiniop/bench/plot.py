@@ -23,8 +23,9 @@ def plot(records: list[dict], path: str) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
     for ax, ((op, dtype, layout), rs) in zip(axes.flat, sorted(groups.items())):
         rs = sorted(rs, key=lambda r: r["size"])
-        for impl in rs[0]["impls"]:
-            ax.plot([r["size"] for r in rs], [r["impls"][impl]["gbps"] for r in rs], marker="o",
+        for impl in dict.fromkeys(k for r in rs for k in r["impls"]):  # twin: large sizes only
+            have = [r for r in rs if impl in r["impls"]]
+            ax.plot([r["size"] for r in have], [r["impls"][impl]["gbps"] for r in have], marker="o",
                     label=impl)
         ceiling = bw[rs[0].get("ceiling", "copy") + "_gbps"]
         ax.axhline(ceiling, color="gray", linestyle="--", linewidth=1,

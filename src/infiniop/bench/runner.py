@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from .machine import bandwidth, bandwidth_line, best_of, ceiling_legend, ceiling_mark, describe, rate
+from .machine import bandwidth, bandwidth_line, best_of, ceiling_legend, ceiling_mark, describe, rate, twin
 from .suite import Case, default_suite
 from .timing import interleaved
 
@@ -98,13 +98,19 @@ def _run_case(case: Case, bw: dict, rounds: int, min_time: float) -> dict:
     bad = [k for k in prep.impls if k != "infiniop" and not _same(prep.results[k](), ref)]
     if bad:
         return {**rec, "error": f"results disagree with infiniop: {', '.join(bad)}; not timed"}
-    timings = interleaved(prep.impls, rounds=rounds, min_time=min_time)
+    impls, moved = dict(prep.impls), {}
+    llc = bw.get("llc_bytes")
+    if llc and prep.nbytes > llc:  # from memory: a copy of the same bytes in the same rounds
+        impls["twin"], moved["twin"] = twin(prep.nbytes, prep.streams_in)
+    timings = interleaved(impls, rounds=rounds, min_time=min_time)
     rec["ceiling"] = "triad" if prep.streams_in > 1 else "copy"
     ceiling = bw[rec["ceiling"] + "_gbps"]
     rec["impls"] = {}
     for k, t in timings.items():
-        gbps = prep.nbytes / t.median / 1e9
+        gbps = moved.get(k, prep.nbytes) / t.median / 1e9
         rec["impls"][k] = {**asdict(t), "spread": t.spread, "gbps": gbps, "of_ceiling": gbps / ceiling}
+    if "twin" in rec["impls"]:
+        rec["of_twin"] = rec["impls"]["infiniop"]["gbps"] / rec["impls"]["twin"]["gbps"]
     ours = timings["infiniop"].median
     for peer in ("numpy", "torch"):
         if peer in timings:
@@ -172,7 +178,7 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e6:.1f}us" if s < 1e-3 else f"{s * 1e3:.2f}ms"
 
 
-_KNOWN = {"infiniop", "infiniop.fn", "numpy", "torch"}
+_KNOWN = {"infiniop", "infiniop.fn", "numpy", "torch", "twin"}
 
 
 def _print_table(records: list[dict], out) -> None:
@@ -182,8 +188,11 @@ def _print_table(records: list[dict], out) -> None:
           f"{head.get('threads')} threads, {head.get('threading_layer')})", file=out)
     print(bandwidth_line(b), file=out)
     print("times are medians over interleaved rounds; GB/s = bytes read + written / time; %ceil = "
-          "of the copy ceiling for one-input cases, of the triad ceiling otherwise", file=out)
-    cols = ["case", "infiniop", "GB/s", "%ceil", "fn", "numpy", "torch", "x numpy", "x torch", "spread"]
+          "of the copy ceiling for one-input cases, of the triad ceiling otherwise; %twin = of a copy "
+          "(one input) or an add (more) of the same bytes timed in the same rounds (cases larger "
+          "than the last-level cache): the ceiling at the case's own moment", file=out)
+    cols = ["case", "infiniop", "GB/s", "%ceil", "%twin", "fn", "numpy", "torch", "x numpy", "x torch",
+            "spread"]
     # implementations beyond ours and the peers (a C probe, say): a %ceil column each
     extra = sorted({k for r in records[1:] for k in r.get("impls", ())} - _KNOWN)
     cols += [f"{k} %ceil" for k in extra]
@@ -198,6 +207,7 @@ def _print_table(records: list[dict], out) -> None:
         rows.append([
             name, _fmt_time(g["median"]), f"{g['gbps']:.1f}",
             f"{100 * g['of_ceiling']:.0f}%{ceiling_mark(r)}",
+            f"{100 * r['of_twin']:.0f}%" if "of_twin" in r else "-",
             _fmt_time(im["infiniop.fn"]["median"]) if "infiniop.fn" in im else "-",
             _fmt_time(im["numpy"]["median"]) if "numpy" in im else "-",
             _fmt_time(im["torch"]["median"]) if "torch" in im else "-",
