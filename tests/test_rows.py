@@ -605,31 +605,35 @@ def test_row_kernels_run_on_a_shared_pool_driver(handle, monkeypatch):
             assert_exact(got, exp)
 
 
+@pytest.mark.parametrize("op", ["softmax", "logsoftmax"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
-def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dtype):
-    """softmax asks for the next row's lines in its exp pass (its heaviest), not in the output
-    pass, in blocks of a lane chunk: the same bits as the unstreamed kernel, ragged rows too."""
+def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dtype, op):
+    """softmax and logsoftmax ask for the next row's lines in their exp pass (the heaviest per
+    element: logsoftmax's log of the sum is computed once a row and does not weigh on its output
+    pass), not in the output pass, in blocks of a lane chunk: the same bits as the unstreamed
+    kernel, ragged rows too. (logsoftmax float32 (4096, 4096), 2026-11-28: 4.1-4.7 -> 3.4 ms.)"""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     from infiniop.backends.cpu import row_kernels
 
+    create = getattr(infiniop, f"create_{op}_descriptor")
     x = np.empty((4, 4096), dtype)
-    d = infiniop.create_softmax_descriptor(handle, *(TensorDescriptor.from_array(a) for a in (x, x)))
+    d = create(handle, *(TensorDescriptor.from_array(a) for a in (x, x)))
     info = d.info
     src = row_kernels.source(info.program, info.kind, info.pattern, "", True)
     lines = [line.strip() for line in src[src.index("def serial"):].splitlines()]
     asks = [i for i, line in enumerate(lines) if "(qn" in line]
-    exp_pass = next(i for i, line in enumerate(lines) if line.startswith("pcache[j] ="))
+    exp_pass = next(i for i, line in enumerate(lines) if re.match(r"pa1\[l\] = \(pa1\[l\] \+", line))
     assert asks and all(i < exp_pass for i in asks), asks
     d.destroy()
     rng = np.random.default_rng(12)
     x = draw(rng, dtype, (64, 3000), 3)
-    base = infiniop.softmax(x)
+    base = getattr(infiniop, op)(x)
     monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
     monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
-    got = run(handle, "softmax", [infiniop.empty_aligned(x.shape, dtype)], [x])[0]
+    got = run(handle, op, [infiniop.empty_aligned(x.shape, dtype)], [x])[0]
     assert_exact(got, base)
-    assert_close(got, ref_softmax(x), dtype)  # and the float64 reference
+    assert_close(got, {"softmax": ref_softmax, "logsoftmax": ref_logsoftmax}[op](x), dtype)
 
 
 def _rms_norm_source(handle, dtype, streamed: bool) -> str:

@@ -396,16 +396,23 @@ class _Gen:
         with the same exp 7.2 ms without prefetches, 5.3 with them in the output pass, 4.2 in
         the exp pass; ours, the two kernels alternating in one process, same bits: float32
         7.24 -> 5.68 and 6.35 -> 4.82 ms, float16 5.20 -> 4.74, causal_softmax (32, 2048, 2048)
-        float32 33.4 -> 29.9, float16 31.4 -> 29.9; bfloat16 (rounding-bound) within noise."""
+        float32 33.4 -> 29.9, float16 31.4 -> 29.9; bfloat16 (rounding-bound) within noise.
+        Weights count the values computed per element only: logsoftmax's log of the sum (40
+        operations, once a row) made its output pass look heavier than its exp pass; float32
+        (4096, 4096) 4.1-4.7 -> 3.4 ms once the exp pass prefetched (2026-11-28)."""
         if not self.prefetched():
             return None
         p = self.p
-        weight = [len(topo([r.expr for r in stage])) for stage in p.stages]
+
+        def weight(roots) -> int:  # per element: the values computed once a row do not count
+            return len(topo(hoist(roots, lambda k: k < p.nelem or k == p.cache, 1 << 20)[1]))
+
+        stages = [weight([r.expr for r in stage]) for stage in p.stages]
         out = [p.results[sl.store] for j, sl in enumerate(self.slots)
                if sl.store is not None and self.kinds[j] == "row"]
-        sums = [s for s in range(1, len(weight)) if all(r.op == "sum" for r in p.stages[s])]
-        best = max(sums, key=weight.__getitem__, default=None)
-        return best if best is not None and weight[best] > len(topo(out)) else None
+        sums = [s for s in range(1, len(stages)) if all(r.op == "sum" for r in p.stages[s])]
+        best = max(sums, key=stages.__getitem__, default=None)
+        return best if best is not None and stages[best] > weight(out) else None
 
     def prefetch_next(self, I: str, lo: str, hi: str) -> None:
         """Ask for the next row's lines of elements [lo, hi) of :meth:`prefetched`'s slots. The
