@@ -201,6 +201,39 @@ ROW_MAX = infiniop.row_operator("test_row_max", "y:out, mx:out:stat, x",
                                 lambda m, x: (x - m.max(x), m.max(x)), axis="axis")
 
 
+EXP_NONPOSITIVE = infiniop.elementwise("test_exp_nonpositive", ("x",), [DType.F32],
+                                      lambda m, x: m.exp_nonpositive(x), register=False)
+LOG = infiniop.elementwise("test_log", ("x",), [DType.F32], lambda m, x: m.log(x), register=False)
+EXP_SUM = infiniop.row_operator("test_exp_sum", "y:out, s:out:stat, x",
+                               lambda m, x: (x, m.sum(m.exp_nonpositive(x - m.max(x)))))
+
+
+@pytest.mark.parametrize("n", [20, 1500, 2500, 4096])
+def test_softmax_family_follows_the_reduction_order_bit_for_bit(handle, n):
+    """softmax, logsoftmax and causal_softmax (float32) give exactly the bits of the fixed order
+    over mathlib's exp (the same function as an elementwise operator): lanes, chunks (whole
+    ones two at a time: 1500 has none, 2500 one pair and a tail, 4096 two pairs, the second's
+    order visible), halving; causal rows of every length from n - 15 to n."""
+    rng = np.random.default_rng(n)
+    x = draw(rng, np.float32, (16, n), 3)
+    # rows 4 on: one lane (5) carries the sum, so the order of its chunks decides the last bits
+    # (over all lanes, a lane's rounding is far below the sum's last bit)
+    x[4:] = -40.0
+    x[4:, 5::LANES] = rng.uniform(-1, 0, x[4:, 5::LANES].shape)
+    d = x - ordered(x, "max")[:, None]
+    e = EXP_NONPOSITIVE(d)
+    s = ordered(e)
+    assert_exact(EXP_SUM(x)[1], s)  # the sum itself (1/s and log s could hide its last bit)
+    assert_exact(run(handle, "softmax", [np.empty_like(x)], [x])[0], e * (np.float32(1) / s)[:, None])
+    assert_exact(run(handle, "logsoftmax", [np.empty_like(x)], [x])[0], d - LOG(s)[:, None])
+    want = np.zeros_like(x)
+    for i in range(16):
+        v = i + n - 15
+        ei = EXP_NONPOSITIVE(x[i, :v] - ordered(x[i, :v], "max"))
+        want[i, :v] = ei * (np.float32(1) / ordered(ei))
+    assert_exact(run(handle, "causal_softmax", [np.empty_like(x)], [x])[0], want)
+
+
 @pytest.mark.parametrize("n", [7, 1024, 2500, 3000])
 def test_max_follows_the_reduction_order_bit_for_bit(handle, n, monkeypatch):
     """The row maximum (lanes in two alternating halves on the CPU) gives exactly the bits of

@@ -259,14 +259,19 @@ class _Gen:
     def chunk_loop(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
                    consts: dict[str, str]) -> None:
         """Stage ``s`` over a row of any length: its lanes start as identities and take the
-        row chunk by chunk (L elements each), in the order the contract fixes."""
-        e, p = self.e, self.p
+        row chunk by chunk (L elements each), in the order the contract fixes. Sum stages take
+        whole chunks two at a time first (:meth:`chunk_pairs`)."""
+        e = self.e
         ks = range(k0, k0 + len(stage))
         maxes = [k for k in ks if self.reds[k].op == "max"]
         for k in ks:
             e(f"{I}for l in range(lv):")
             e(f"{I}    acc{k}[l] = {self.identity(k)}")
-        e(f"{I}for c0 in range(0, v, lp):")
+        start = "0"
+        if self.kind == "row" and not maxes:
+            self.chunk_pairs(I, s, stage, k0, roots, inames, consts)
+            start = "cp"
+        e(f"{I}for c0 in range({start}, v, lp):")
         self.max_chunks(I + "    ", maxes, "start")
         if s == self.prefetch_stage():
             # blocks of the chunk, each first asking for its lines of the next row: the
@@ -274,13 +279,7 @@ class _Gen:
             e(f"{I}    m = min(lp, v - c0)")
             e(f"{I}    for b0 in range(0, m, {_BLOCK}):")
             self.prefetch_next(I + "        ", "c0 + b0", f"min(c0 + b0 + {_BLOCK}, v)")
-            # the block's lanes through pointers: ``acc[b0 + l]`` would be an index the
-            # compiler cannot prove >= 0 (wrapped, so gathered and scattered, not vectorised)
-            for k in ks:  # (sums only: see prefetch_stage)
-                if k not in maxes:
-                    T = NP[self.reds[k].dtype]
-                    isz = 8 if self.reds[k].dtype == "f64" else 4
-                    e(f"{I}        pa{k} = address_as_pointer(acc{k}_at + b0 * {isz}, {T})")
+            self.block_lanes(I + "        ", ks)
             e(f"{I}        for l in range(min({_BLOCK}, m - b0)):")
             J = I + "            "
             e(f"{J}j = c0 + b0 + l")
@@ -290,21 +289,69 @@ class _Gen:
             J = I + "        "
             e(f"{J}j = c0 + l")
             acc = "acc{k}"
-        self.loads(J, _used(roots, p.nelem), lambda j: True)
-        lines, outs = self.render(roots, inames, f"s{s}_", consts)
-        for line in lines:
-            e(J + line)
-        for i, r in enumerate(stage):
+        outs = self.elements(J, s, stage, roots, inames, consts, f"s{s}_")
+        for i in range(len(stage)):
             k = k0 + i
             if k in maxes:
                 e(f"{J}dst{k}[l] = {self.combine(k, f'src{k}[l]', outs[i])}")
             else:
                 a = acc.format(k=k)
                 e(f"{J}{a}[l] = {self.combine(k, f'{a}[l]', outs[i])}")
-            if r.cached:
-                e(f"{J}pcache[j] = {outs[i]}")
         self.max_chunks(I + "    ", maxes, "end")
         self.max_chunks(I, maxes, "result")
+
+    def chunk_pairs(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
+                    consts: dict[str, str]) -> None:
+        """A sum stage's whole chunks two at a time (up to ``cp``): lane l takes element c0 + l
+        and then c0 + L + l, ``(a[l] + x) + y``, the same additions in the same order as two
+        chunk sweeps, with half the lanes' loads and stores. Zen 4 stores one 256-bit half a
+        cycle: the lanes' store was a third of softmax's exp pass beyond the exp."""
+        e = self.e
+        ks = range(k0, k0 + len(stage))
+        e(f"{I}cp = v - v % (2 * lp)")
+        e(f"{I}for c0 in range(0, cp, 2 * lp):")
+        if s == self.prefetch_stage():
+            e(f"{I}    for b0 in range(0, lp, {_BLOCK}):")
+            for lo in ("c0 + b0", "c0 + lp + b0"):
+                self.prefetch_next(I + "        ", lo, f"{lo} + {_BLOCK}")
+            self.block_lanes(I + "        ", ks)
+            e(f"{I}        for l in range({_BLOCK}):")
+            J, first, acc = I + "            ", "c0 + b0 + l", "pa{k}"
+        else:
+            e(f"{I}    for l in range(lp):")
+            J, first, acc = I + "        ", "c0 + l", "acc{k}"
+        e(f"{J}j = {first}")
+        a_outs = self.elements(J, s, stage, roots, inames, consts, f"s{s}_")
+        for i, a in enumerate(a_outs):  # kept apart from the second element's loads: a sum
+            e(f"{J}s{s}a_{i} = {a}")    # of the elements themselves is a load (``x0``)
+        a_outs = [f"s{s}a_{i}" for i in range(len(a_outs))]
+        e(f"{J}j = {first} + lp")
+        b_outs = self.elements(J, s, stage, roots, inames, consts, f"s{s}p_")
+        for i, (a, b) in enumerate(zip(a_outs, b_outs)):
+            lane = acc.format(k=k0 + i)
+            e(f"{J}{lane}[l] = {self.combine(k0 + i, self.combine(k0 + i, f'{lane}[l]', a), b)}")
+
+    def block_lanes(self, I: str, ks) -> None:
+        """``pa<k>``: the lanes of a block at b0. Through pointers: ``acc[b0 + l]`` would be an
+        index the compiler cannot prove >= 0 (wrapped, so gathered and scattered, not
+        vectorised). (Sums only: see prefetch_stage.)"""
+        for k in ks:
+            if self.reds[k].op != "max":
+                T = NP[self.reds[k].dtype]
+                isz = 8 if self.reds[k].dtype == "f64" else 4
+                self.e(f"{I}pa{k} = address_as_pointer(acc{k}_at + b0 * {isz}, {T})")
+
+    def elements(self, J: str, s: int, stage, roots, inames: list[str], consts: dict[str, str],
+                 prefix: str) -> list[str]:
+        """Element j of stage ``s``: its loads, its values (returned names), the cached row."""
+        self.loads(J, _used(roots, self.p.nelem), lambda j: True)
+        lines, outs = self.render(roots, inames, prefix, consts)
+        for line in lines:
+            self.e(J + line)
+        for i, r in enumerate(stage):
+            if r.cached:
+                self.e(f"{J}pcache[j] = {outs[i]}")
+        return outs
 
     def single_chunk(self, I: str, s: int, stage, k0: int, roots, names: list[str],
                      consts: dict[str, str]) -> None:
