@@ -362,6 +362,28 @@ def test_causal_softmax(handle, shape):
         assert_close(y, ref_causal(x), dt)
 
 
+@pytest.mark.parametrize("dt", [np.float16, BF16, np.float32], ids=["f16", "bf16", "f32"])
+def test_causal_zeros_stored_as_blocks(handle, monkeypatch, dt):
+    """A causal row's elements past its v are stored as zeros without being computed: whole
+    blocks of them when streamed (row_kernels' ``masked_block``), a plain loop otherwise. Rows
+    of 1 to 700 of 700 columns, streamed and not, into an output 2 bytes past a line (a peeled
+    head): exactly +0.0 where masked, the same bits either way, close to the float64 softmax."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    x = draw(np.random.default_rng(14), dt, (1, 700, 700), 3)
+    base = infiniop.causal_softmax(x)
+    mask = causal_mask(x.shape)
+    bits = np.uint32 if dt == np.float32 else np.uint16
+    assert (base.view(bits)[mask] == 0).all()
+    assert_close(base, ref_causal(x), dt)
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    buf = infiniop.empty_aligned((700 * 704 + 1,), dt)
+    for out in (infiniop.empty_aligned(x.shape, dt), buf[1:].reshape(1, 700, 704)[:, :, :700]):
+        out[...] = np.nan  # every element is written
+        assert_exact(run(handle, "causal_softmax", [out], [x])[0], base)
+
+
 def test_rows_with_every_layout(handle):
     """Padded rows, transposed inputs, negative strides, strided outputs, in place: the bits of
     the contiguous call, and nothing outside an output view is written."""
