@@ -234,7 +234,7 @@ def test_softmax_family_follows_the_reduction_order_bit_for_bit(handle, n):
     assert_exact(run(handle, "causal_softmax", [np.empty_like(x)], [x])[0], want)
 
 
-@pytest.mark.parametrize("n", [7, 1024, 2500, 3000])
+@pytest.mark.parametrize("n", [7, 1024, 2500, 3000, 5000])
 def test_max_follows_the_reduction_order_bit_for_bit(handle, n, monkeypatch):
     """The row maximum (lanes in two alternating halves on the CPU) gives exactly the bits of
     the fixed order, zeros of both signs and NaN included, along a contiguous axis (row kind)
