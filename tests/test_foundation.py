@@ -120,6 +120,23 @@ def test_operators_are_defined_on_first_use():
     assert len(infiniop.OPERATORS) == len(infiniop.ops.MODULE_OF) == 41
 
 
+def test_import_asks_openmp_to_sleep_unless_told_otherwise():
+    """``import infiniop`` sets OMP_WAIT_POLICY=passive unless it is set, before torch (imported
+    after it, as sorted imports do) reads it: torch's threads then sleep between its calls
+    instead of spinning on our cores. A value the user set stays."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, infiniop; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    for setting, want in ((None, "passive"), ("active", "active")):
+        run_env = env if setting is None else {**env, "OMP_WAIT_POLICY": setting}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [want]
+
+
 def test_builtin_operators_unpickle_by_name_in_a_fresh_process():
     """A pickled built-in is its name; the receiving process has not defined it yet."""
     import pickle

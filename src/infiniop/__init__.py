@@ -3,6 +3,13 @@
 The public API is re-exported here; see README.md for the descriptor contract.
 """
 
+import os as _os
+
+# PyTorch's OpenMP reads this when torch is imported: imported after infiniop (as sorted imports
+# put it), its threads then sleep between its calls instead of spinning on the cores our kernels
+# use (README, "Threads"). Set it yourself to choose.
+_os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 from . import ops as _ops
 from . import rearrange as _rearrange_package  # noqa: F401 (see below)
 from ._version import __version__ as __version__

@@ -86,7 +86,7 @@ def have_tbb() -> bool:
     return False
 
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # only matters if TBB is missing
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # (set at `import infiniop` already)
 
 
 def chosen_layer() -> str:
