@@ -70,6 +70,37 @@ def test_cases_from_memory_are_timed_against_a_twin_copy_in_the_same_rounds(monk
     assert row[head.split().index("%twin") + 3] == "-"
 
 
+_TORCH_POLICY = """
+import os, sys, infiniop
+seen = {}
+class Spy:  # notes the wait policy in force when torch starts importing
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            seen["policy"] = os.environ.get("OMP_WAIT_POLICY")
+sys.meta_path.insert(0, Spy())
+from infiniop.bench.suite import _torch
+assert _torch() is not None
+print(seen["policy"], os.environ.get("OMP_WAIT_POLICY"))
+"""
+
+
+def test_the_bench_imports_torch_with_its_own_wait_policy():
+    """``import infiniop`` asks OpenMP to sleep (passive) for processes mixing the two; the
+    bench's peer is torch as a user runs it alone, so torch is imported without that setting
+    (restored after), and with the user's own setting where there is one."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    for setting, want in ((None, ["None", "passive"]), ("active", ["active", "active"])):
+        run_env = env if setting is None else {**env, "OMP_WAIT_POLICY": setting}
+        out = subprocess.run([sys.executable, "-c", _TORCH_POLICY], capture_output=True, text=True,
+                             env=run_env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == want
+
+
 def test_disagreement_is_an_error_not_a_timing():
     a = np.arange(8, dtype=np.float32)
 

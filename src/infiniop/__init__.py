@@ -3,13 +3,7 @@
 The public API is re-exported here; see README.md for the descriptor contract.
 """
 
-import os as _os
-
-# PyTorch's OpenMP reads this when torch is imported: imported after infiniop (as sorted imports
-# put it), its threads then sleep between its calls instead of spinning on the cores our kernels
-# use (README, "Threads"). Set it yourself to choose.
-_os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-
+from . import _omp  # noqa: F401 (first: OMP_WAIT_POLICY before anyone imports torch)
 from . import ops as _ops
 from . import rearrange as _rearrange_package  # noqa: F401 (see below)
 from ._version import __version__ as __version__

@@ -33,12 +33,11 @@ def describe() -> dict:
                     threading_layer=runtime.threading_layer())
     except ImportError:
         pass
-    try:
-        import torch
+    from .suite import _torch
 
+    torch = _torch()  # (imported as a user gets it alone: see there)
+    if torch is not None:
         info["torch"] = torch.__version__
-    except ImportError:
-        pass
     from .. import __version__
 
     info["infiniop"] = __version__
