@@ -86,9 +86,6 @@ def have_tbb() -> bool:
     return False
 
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # (set at `import infiniop` already)
-
-
 def chosen_layer() -> str:
     """The threading layer parallel kernels start (Numba's name: "tbb", "omp", "workqueue"...)."""
     tbb = have_tbb()  # preloaded even when the environment names the layer
