@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from .allocator import allocator, keep_freed_memory
 from .machine import bandwidth, bandwidth_line, best_of, ceiling_legend, ceiling_mark, describe, rate, twin
 from .suite import Case, default_suite
 from .timing import interleaved
@@ -37,9 +38,11 @@ def _select(cases: list[Case], ops, dtypes, layouts, sizes) -> list[Case]:
 def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads: int | None = None,
         json_path: str | None = None, plot_path: str | None = None, device: str = "cpu",
         ceiling_bytes: int | None = None, rounds: int | None = None, out=sys.stdout,
-        progress=None, cases: list[Case] | None = None) -> list[dict]:
+        progress=None, cases: list[Case] | None = None, keep_freed: bool = True) -> list[dict]:
     """Run the benchmark and return its records (also printed, and written as JSON lines).
-    Progress goes to ``progress`` (stderr by default) as the cases run."""
+    Progress goes to ``progress`` (stderr by default) as the cases run. ``keep_freed``: keep the
+    C allocator from handing freed memory back for the rest of the process (allocator.py), so
+    that peers which allocate their outputs are timed without page faults."""
     if device != "cpu":
         from ..handle import create_handle
 
@@ -52,7 +55,9 @@ def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads
     threads = runtime.num_threads()
     rounds = rounds or (3 if quick else 5)
     min_time = 0.01 if quick else 0.03
-    machine = describe()
+    if keep_freed:
+        keep_freed_memory()  # before any case allocates
+    machine = {**describe(), "allocator": allocator()}
     selected = cases if cases is not None else _select(default_suite(quick, threads), ops, dtypes,
                                                        layouts, sizes)
     bar = Progress(len(selected), sys.stderr if progress is None else progress)
@@ -185,7 +190,8 @@ def _print_table(records: list[dict], out) -> None:
     head = records[0]
     b = head["bandwidth"]
     print(f"infiniop {head['infiniop']} bench, {head['date']}, {head['cpu']} ({head['cores']} cores, "
-          f"{head.get('threads')} threads, {head.get('threading_layer')})", file=out)
+          f"{head.get('threads')} threads, {head.get('threading_layer')}; allocator: "
+          f"{head.get('allocator', 'system default')})", file=out)
     print(bandwidth_line(b), file=out)
     print("times are medians over interleaved rounds; GB/s = bytes read + written / time; %ceil = "
           "of the copy ceiling for one-input cases, of the triad ceiling otherwise; %twin = of a copy "
