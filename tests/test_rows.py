@@ -199,6 +199,9 @@ def test_bf16_rows_read_and_written_as_words(handle, n):
 
 ROW_MAX = infiniop.row_operator("test_row_max", "y:out, mx:out:stat, x",
                                 lambda m, x: (x - m.max(x), m.max(x)), axis="axis")
+# one maximum reduction (ROW_MAX traces two): the stage row_max_* runs in vectors
+ONE_MAX = infiniop.row_operator("test_one_max", "y:out, mx:out:stat, x",
+                                lambda m, x: (lambda mx: (x - mx, mx))(m.max(x)))
 
 
 EXP_NONPOSITIVE = infiniop.elementwise("test_exp_nonpositive", ("x",), [DType.F32],
@@ -254,6 +257,33 @@ def test_max_follows_the_reduction_order_bit_for_bit(handle, n, monkeypatch):
             assert_exact(mx, want)
             with np.errstate(invalid="ignore"):
                 assert_exact(y, v - (want[:, None] if axis == 1 else want[None, :]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("n", [5, 64, 100, 4099])
+def test_vector_maximum_keeps_the_lane_orders_bits(handle, dtype, n):
+    """A row's plain maximum runs in explicit vectors (intrinsics.row_max_*: 64 elements a step,
+    then a scalar tail) and falls back to the fixed lane order where that decides the bits: a
+    zero maximum (its sign follows the order) and a NaN anywhere (in a vector step or the tail).
+    Every row gives the order's bits, in each dtype the vectors load."""
+    rng = np.random.default_rng(n)
+    x = draw(rng, dtype, (8, n), 3)
+    x[1, min(3, n - 1)] = np.nan                         # in the first vector step (or the tail)
+    x[2, n - 1] = np.nan                                 # the last element: the tail for n % 64
+    x[3] = rng.choice(np.array([0.0, -0.0, -1.5], dtype), n)  # a zero maximum, signs mixed
+    x[3, 0] = -0.0
+    x[4] = -0.0
+    x[4, n - 1] = 0.0                                    # one +0 last
+    x[5] = -np.abs(x[5])
+    x[5, n - 1] = 7.0                                    # the maximum alone in the tail
+    x[6] = -np.inf
+    x[7] = np.abs(x[7])                                  # positive: the vectors decide
+    y, mx = ONE_MAX(x)
+    assert_exact(mx, ordered(x.astype(np.float32), "max").astype(dtype))
+    sm = run(handle, "softmax", [np.empty_like(x)], [x])[0]
+    want = run(handle, "softmax", [np.empty_like(x)], [x[:, ::-1].copy()])[0][:, ::-1]
+    assert np.isnan(f64(sm[[1, 2, 6]])).all()           # NaN rows and the -inf row
+    assert_close(sm[[0, 3, 4, 5, 7]], want[[0, 3, 4, 5, 7]], dtype)
 
 
 # --------------------------------------------------------------------------------- values

@@ -59,6 +59,8 @@ ROW_ARGS = "n, shape, strides, astr, per_task, cfg, serial_at, t0, t1"
 # elements per block of the streamed pass: a multiple of 64 bytes for every item size, and
 # enough 32-bit words for the vectorised loop (16 lanes x 4 interleaved) to run
 _BLOCK = 256
+# dtypes row_max_<tag> reads (intrinsics.py)
+_ROW_MAX = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}
 
 
 def _render(roots, names: list[str], nparams: int, prefix: str,
@@ -231,16 +233,25 @@ class _Gen:
             roots, inames = self.hoisted(I, roots, names, f"h{s}_")
             ks = range(k0, k0 + len(stage))
             maxes = [k for k in ks if self.reds[k].op == "max"]
+            J = I
+            loaded = self.vector_max_slot(s, stage, roots)
+            if loaded is not None:  # the lane order only where it decides: see row_max_f32
+                j = loaded
+                tag = _ROW_MAX[self.slots[j].dtype]
+                e(f"{I}mr = row_max_{tag}(s{j} + g{j} * {self.isz[j]}, v)")
+                e(f"{I}st{k0} = mr[0]")
+                e(f"{I}if mr[1] != 0 or st{k0} == 0:")
+                J = I + "    "
             if s != self.prefetch_stage():
-                self.single_chunk(I, s, stage, k0, roots, inames, consts)
-                e(f"{I}else:")
-                self.chunk_loop(I + "    ", s, stage, k0, roots, inames, consts)
+                self.single_chunk(J, s, stage, k0, roots, inames, consts)
+                e(f"{J}else:")
+                self.chunk_loop(J + "    ", s, stage, k0, roots, inames, consts)
             else:
-                self.chunk_loop(I, s, stage, k0, roots, inames, consts)
+                self.chunk_loop(J, s, stage, k0, roots, inames, consts)
             for k in ks:
                 a = f"res{k}" if k in maxes else f"acc{k}"
-                self.halve(I, k, a)
-                e(f"{I}st{k} = {a}[0]")
+                self.halve(J, k, a)
+                e(f"{J}st{k} = {a}[0]")
             k0 += len(stage)
         self.L[mark:mark] = constant_definitions("        ", consts)
         self.row_outputs(I, names)
@@ -255,6 +266,24 @@ class _Gen:
         if self.stream:  # once per task: the rows' non-temporal stores drain meanwhile
             e("        if cfg:")
             e("            sfence()")
+
+    def vector_max_slot(self, s: int, stage, roots) -> int | None:
+        """The slot whose row a stage takes the plain maximum of (``m.max(x)``, softmax's first
+        pass), read along a unit-stride axis in float32/fp16/bf16: that stage runs as
+        ``row_max_<dtype>`` (explicit vectors) and keeps the lane order for the rows where it
+        decides the bits, a zero maximum (its sign) or a NaN (its payload). Same bits; softmax
+        4096 x 4096 one thread, rows in L2: float32 0.416 -> 0.389 ns an element, fp16 0.364
+        -> 0.345, bf16 0.410 -> 0.392 (from memory 5-7%)."""
+        if (self.kind != "row" or len(stage) != 1 or stage[0].op != "max" or stage[0].cached
+                or stage[0].dtype != "f32" or s == self.prefetch_stage()):
+            return None
+        root = roots[0]
+        if root.op != "input" or root.args[0] >= self.p.nelem:
+            return None
+        j = self.slot_of_load[root.args[0]]
+        if self.pattern[j] != "1" or self.slots[j].dtype not in _ROW_MAX:
+            return None
+        return j
 
     def chunk_loop(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
                    consts: dict[str, str]) -> None:
