@@ -152,11 +152,14 @@ def test_lanes_contract():
                                                                            LANES, LANES]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64], ids=["f32", "bf16", "f64"])
-@pytest.mark.parametrize("n", [7, 2500])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.float64],
+                         ids=["f32", "f16", "bf16", "f64"])
+@pytest.mark.parametrize("n", [7, 2500, 4100])
 def test_norms_follow_the_reduction_order_bit_for_bit(handle, dtype, n):
     """rms_norm, layer_norm and add_rms_norm give exactly the bits of the NumPy model of the
-    fixed order (lanes, chunks with a tail, pairwise halving) and IEEE float32 arithmetic."""
+    fixed order (lanes, chunks with a tail, pairwise halving) and IEEE float32 arithmetic
+    (fp16/bf16 rows sum their whole chunks in vectors, intrinsics.row_sum*: 2500 and 4100 have
+    two and four of them, and a tail)."""
     rng = np.random.default_rng(n)
     x, b = draw(rng, dtype, (3, n), 3), draw(rng, dtype, (3, n))
     w, bias = draw(rng, dtype, (n,)), draw(rng, dtype, (n,))
@@ -284,6 +287,38 @@ def test_vector_maximum_keeps_the_lane_orders_bits(handle, dtype, n):
     want = run(handle, "softmax", [np.empty_like(x)], [x[:, ::-1].copy()])[0][:, ::-1]
     assert np.isnan(f64(sm[[1, 2, 6]])).all()           # NaN rows and the -inf row
     assert_close(sm[[0, 3, 4, 5, 7]], want[[0, 3, 4, 5, 7]], dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("square", [False, True], ids=["sum", "sumsq"])
+def test_row_sum_intrinsics_keep_each_lanes_order(dtype, square):
+    """row_sum*/row_sumsq* give each lane's sum over the whole chunks in chunk order, bit for
+    bit: compared lane by lane (a lane's own rounding is visible there, unlike in a row's total),
+    with values spread over 12 binades so that another order rounds differently."""
+    from numba import njit
+
+    from infiniop.backends.cpu import intrinsics as intr
+
+    fn = getattr(intr, f"row_sum{'sq' if square else ''}_{'f16' if dtype is np.float16 else 'bf16'}")
+
+    @njit
+    def lanes_of(addr, nchunks, L, out):
+        fn(addr, nchunks, L, out)
+
+    rng = np.random.default_rng(7)
+    L, nchunks = LANES, 5
+    x = (rng.standard_normal(L * nchunks + 9) * 2.0 ** rng.integers(-6, 6, L * nchunks + 9)).astype(dtype)
+    got = np.full(L, np.nan, np.float32)
+    lanes_of(x.ctypes.data, nchunks, L, got.ctypes.data)
+    v = x[:L * nchunks].astype(np.float32).reshape(nchunks, L)
+    want = np.full(L, -0.0, np.float32)
+    for c in range(nchunks):
+        want = want + (v[c] * v[c] if square else v[c])
+    assert_exact(got, want)
+    other = np.full(L, -0.0, np.float32)  # the test can see an order: the reverse one differs
+    for c in reversed(range(nchunks)):
+        other = other + (v[c] * v[c] if square else v[c])
+    assert (other.view(np.uint32) != want.view(np.uint32)).any()
 
 
 # --------------------------------------------------------------------------------- values

@@ -21,6 +21,8 @@
   (``opaque`` also keeps named constants in registers).
 - ``row_max_f32/f16/bf16(addr, n)``: the largest of n elements from address ``addr``, in
   vectors (four 16-lane accumulators), with a flag: (max, 1.0 if any element is NaN else 0.0).
+- ``row_sum_f16/bf16(addr, nchunks, L, lanes)`` and ``row_sumsq_*``: the lane sums of a
+  row's whole chunks (of x, or of x * x), lane by lane in the fixed order, into ``lanes``.
 - ``call_kernel(address, (args...))``: calls the compiled function at ``address`` (Numba's
   calling convention, an int64 result; ``native.Kernel.address``): the array launchers reach
   their kernel this way, so one launcher serves every kernel with the same operand structure.
@@ -430,3 +432,71 @@ def _row_max(kind: str):
 
 
 row_max_f32, row_max_f16, row_max_bf16 = _row_max("f32"), _row_max("f16"), _row_max("bf16")
+
+
+def _row_sum(kind: str, square: bool):
+    """``row_sum[sq]_<kind>(addr, nchunks, L, lanes)``: lane l (of L, a multiple of 64) of a row
+    becomes ``((-0 + f(x[l])) + f(x[L + l])) + ... f(x[(nchunks - 1) L + l])`` with f(x) = x or
+    x * x (rounded, then added: no fused multiply-add), stored to the float32 array at
+    ``lanes``: the row kernels' order for whole chunks, 64 lanes at a time held in four vectors
+    over the chunks (the loops interchanged), instead of a load and a store of the lanes every
+    32 elements. rms_norm's sum of squares, one thread, generated kernels side by side, same
+    bits: fp16 0.168 -> 0.153 ns an element from memory, bf16 0.192 -> 0.180; float32 within
+    2%, so float32 rows keep the lanes."""
+
+    @intrinsic
+    def row_sum(typingctx, addr, nchunks, L, lanes):
+        sig = types.void(addr, nchunks, L, lanes)
+
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            W, K = _ROW_MAX_LANES, _ROW_MAX_VECTORS
+            et, conv = _row_max_loader(kind)
+            fv = ir.VectorType(_F32, W)
+            a64 = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
+            base = builder.inttoptr(a64[0], et.as_pointer())
+            out = builder.inttoptr(a64[3], _F32.as_pointer())
+            nch, L = a64[1], a64[2]
+            fn = builder.function
+            entry = builder.block
+            bhead, bbody, chead, cbody, cdone, done = (fn.append_basic_block(f"row_sum_{b}") for b in
+                                                       ("bhead", "bbody", "chead", "cbody", "cdone", "done"))
+            builder.branch(bhead)
+            builder.position_at_end(bhead)  # a block of 64 lanes
+            b = builder.phi(i64)
+            b.add_incoming(ir.Constant(i64, 0), entry)
+            builder.cbranch(builder.icmp_signed("<", b, L), bbody, done)
+            builder.position_at_end(bbody)
+            builder.branch(chead)
+            builder.position_at_end(chead)  # its elements in every whole chunk, in order
+            c = builder.phi(i64)
+            c.add_incoming(ir.Constant(i64, 0), bbody)
+            accs = [builder.phi(fv) for _ in range(K)]
+            for a in accs:
+                a.add_incoming(ir.Constant(fv, [-0.0] * W), bbody)
+            builder.cbranch(builder.icmp_signed("<", c, nch), cbody, cdone)
+            builder.position_at_end(cbody)
+            first = builder.add(builder.mul(c, L), b)
+            for k, a in enumerate(accs):
+                p = builder.gep(base, [builder.add(first, ir.Constant(i64, W * k))])
+                x = conv(builder, builder.load(builder.bitcast(p, ir.VectorType(et, W).as_pointer()),
+                                               align=1))
+                a.add_incoming(builder.fadd(a, builder.fmul(x, x) if square else x), cbody)
+            c.add_incoming(builder.add(c, ir.Constant(i64, 1)), cbody)
+            builder.branch(chead)
+            builder.position_at_end(cdone)
+            for k, a in enumerate(accs):
+                p = builder.gep(out, [builder.add(b, ir.Constant(i64, W * k))])
+                builder.store(a, builder.bitcast(p, fv.as_pointer()), align=4)
+            b.add_incoming(builder.add(b, ir.Constant(i64, W * K)), cdone)
+            builder.branch(bhead)
+            builder.position_at_end(done)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return row_sum
+
+
+row_sum_f16, row_sum_bf16 = _row_sum("f16", False), _row_sum("bf16", False)
+row_sumsq_f16, row_sumsq_bf16 = _row_sum("f16", True), _row_sum("bf16", True)

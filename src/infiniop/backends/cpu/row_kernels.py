@@ -249,7 +249,20 @@ class _Gen:
                 e(f"{I}    nan{k0} = mr[1]")
                 e(f"{I}if nan{k0} != 0 or st{k0} == 0:")
                 J = I + "    "
-            if s != self.prefetch_stage():
+            summed = self.vector_sum_slot(s, stage, roots)
+            if summed is not None:  # whole chunks lane block by lane block: see row_sum_f16
+                j, square = summed
+                self.single_chunk(J, s, stage, k0, roots, inames, consts)
+                e(f"{J}else:")
+                e(f"{J}    nfull = v // lp")
+                e(f"{J}    row_sum{'sq' if square else ''}_{_ROW_MAX[self.slots[j].dtype]}("
+                  f"s{j} + g{j} * {self.isz[j]}, nfull, lp, acc{k0}_at)")
+                e(f"{J}    for l in range(v - nfull * lp):")
+                K = J + "        "
+                e(f"{K}j = nfull * lp + l")
+                outs = self.elements(K, s, stage, roots, inames, consts, f"s{s}_")
+                e(f"{K}acc{k0}[l] = {self.combine(k0, f'acc{k0}[l]', outs[0])}")
+            elif s != self.prefetch_stage():
                 self.single_chunk(J, s, stage, k0, roots, inames, consts)
                 e(f"{J}else:")
                 self.chunk_loop(J + "    ", s, stage, k0, roots, inames, consts)
@@ -292,6 +305,24 @@ class _Gen:
         if self.pattern[j] != "1" or self.slots[j].dtype not in _ROW_MAX:
             return None
         return j
+
+    def vector_sum_slot(self, s: int, stage, roots) -> tuple[int, bool] | None:
+        """(slot, squared) when a stage is one sum of a loaded fp16/bf16 operand or of its square
+        (layer_norm's mean, rms_norm's sum of squares) along a unit-stride axis: its whole chunks
+        run as ``row_sum[sq]_<dtype>`` (the same lanes in the same order, held in vectors), the
+        last partial chunk and short rows as before. float32 rows keep the lanes (no gain)."""
+        if (self.kind != "row" or len(stage) != 1 or stage[0].op != "sum" or stage[0].cached
+                or stage[0].dtype != "f32" or s == self.prefetch_stage()):
+            return None
+        root, square = roots[0], False
+        if root.op == "mul" and root.args[0] is root.args[1]:
+            root, square = root.args[0], True
+        if root.op != "input" or root.args[0] >= self.p.nelem:
+            return None
+        j = self.slot_of_load[root.args[0]]
+        if self.pattern[j] != "1" or self.slots[j].dtype not in (DType.F16, DType.BF16):
+            return None
+        return j, square
 
     def chunk_loop(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
                    consts: dict[str, str]) -> None:
