@@ -328,23 +328,23 @@ def call_kernel(typingctx, address, args):
 
 
 _F32 = ir.FloatType()
-_ROW_MAX_LANES, _ROW_MAX_VECTORS = 16, 4
+_ROW_LANES, _ROW_VECTORS = 16, 4  # row_max/row_sum: 16-lane vectors, four at a time
 
 
-def _row_max_loader(kind: str):
+def _row_loader(kind: str):
     """A row element's IR type and its conversion to float (scalar or vector)."""
     if kind == "f32":
         return _F32, lambda b, v: v
 
     def like(v, scalar):
-        return ir.VectorType(scalar, _ROW_MAX_LANES) if isinstance(v.type, ir.VectorType) else scalar
+        return ir.VectorType(scalar, _ROW_LANES) if isinstance(v.type, ir.VectorType) else scalar
 
     if kind == "f16":
         return ir.HalfType(), lambda b, v: b.fpext(v, like(v, _F32))
 
     def bf16(b, v):  # the bits above 16 zero bits
         i32 = like(v, ir.IntType(32))
-        sixteen = ir.Constant(i32, [16] * _ROW_MAX_LANES if i32 != ir.IntType(32) else 16)
+        sixteen = ir.Constant(i32, [16] * _ROW_LANES if i32 != ir.IntType(32) else 16)
         return b.bitcast(b.shl(b.zext(v, i32), sixteen), like(v, _F32))
 
     return ir.IntType(16), bf16
@@ -365,8 +365,8 @@ def _row_max(kind: str):
 
         def codegen(context, builder, signature, args):
             i1, i64 = ir.IntType(1), ir.IntType(64)
-            W, K = _ROW_MAX_LANES, _ROW_MAX_VECTORS
-            et, conv = _row_max_loader(kind)
+            W, K = _ROW_LANES, _ROW_VECTORS
+            et, conv = _row_loader(kind)
             fv, bv = ir.VectorType(_F32, W), ir.VectorType(i1, W)
             base = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
                                     et.as_pointer())
@@ -450,8 +450,8 @@ def _row_sum(kind: str, square: bool):
 
         def codegen(context, builder, signature, args):
             i64 = ir.IntType(64)
-            W, K = _ROW_MAX_LANES, _ROW_MAX_VECTORS
-            et, conv = _row_max_loader(kind)
+            W, K = _ROW_LANES, _ROW_VECTORS
+            et, conv = _row_loader(kind)
             fv = ir.VectorType(_F32, W)
             a64 = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
             base = builder.inttoptr(a64[0], et.as_pointer())
