@@ -59,8 +59,8 @@ ROW_ARGS = "n, shape, strides, astr, per_task, cfg, serial_at, t0, t1"
 # elements per block of the streamed pass: a multiple of 64 bytes for every item size, and
 # enough 32-bit words for the vectorised loop (16 lanes x 4 interleaved) to run
 _BLOCK = 256
-# dtypes row_max_<tag> reads (intrinsics.py)
-_ROW_MAX = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}
+# the dtypes the row loops of intrinsics.py read, and their names' tags (row_max_f16, ...)
+_ROW_TAG = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}
 # shorter rows keep the lanes: one vector step is 64 elements, and a row of 16-32 took 6-24%
 # longer through row_max's scalar tail (softmax float32, (32768, 16) and (16384, 32))
 _ROW_MAX_MIN = 64
@@ -240,7 +240,7 @@ class _Gen:
             loaded = self.vector_max_slot(s, stage, roots)
             if loaded is not None:  # the lane order only where it decides: see row_max_f32
                 j = loaded
-                tag = _ROW_MAX[self.slots[j].dtype]
+                tag = _ROW_TAG[self.slots[j].dtype]
                 e(f"{I}st{k0} = {_const(0.0, 'f32')}")
                 e(f"{I}nan{k0} = {_const(1.0, 'f32')}")
                 e(f"{I}if v >= {_ROW_MAX_MIN}:")
@@ -255,7 +255,7 @@ class _Gen:
                 self.single_chunk(J, s, stage, k0, roots, inames, consts)
                 e(f"{J}else:")
                 e(f"{J}    nfull = v // lp")
-                e(f"{J}    row_sum{'sq' if square else ''}_{_ROW_MAX[self.slots[j].dtype]}("
+                e(f"{J}    row_sum{'sq' if square else ''}_{_ROW_TAG[self.slots[j].dtype]}("
                   f"s{j} + g{j} * {self.isz[j]}, nfull, lp, acc{k0}_at)")
                 e(f"{J}    for l in range(v - nfull * lp):")
                 K = J + "        "
@@ -302,7 +302,7 @@ class _Gen:
         if root.op != "input" or root.args[0] >= self.p.nelem:
             return None
         j = self.slot_of_load[root.args[0]]
-        if self.pattern[j] != "1" or self.slots[j].dtype not in _ROW_MAX:
+        if self.pattern[j] != "1" or self.slots[j].dtype not in _ROW_TAG:
             return None
         return j
 
@@ -746,11 +746,16 @@ class _Gen:
         e(f"{I}if head + {k} * i0 >= v:")
         e(f"{I}    for i in range(i0, min(i0 + {_BLOCK // k}, words)):")
         for j in outs_j:
-            if k > 1:
-                e(f"{I}        nt_store(w{j}, i, np.uint32(0))")
-            else:
-                e(f"{I}        nt_store(q{j}, head + i, np.{self.st[j]}(0))")
+            self.nt_word(I + "        ", j, k, "i", "np.uint32(0)", f"np.{self.st[j]}(0)")
         e(f"{I}    continue")
+
+    def nt_word(self, I: str, j: int, k: int, i: str, word: str, element: str) -> None:
+        """Store word ``i`` of row output j non-temporally: 32 bits of k packed elements
+        (``w<j>``, from the row's aligned head) or, for k = 1, the element itself."""
+        if k > 1:
+            self.e(f"{I}nt_store(w{j}, {i}, {word})")
+        else:
+            self.e(f"{I}nt_store(q{j}, head + {i}, {element})")
 
     def in_place(self, outs_j: list[int]) -> str:
         """Generated condition: a row output starts where a row input of its element size does
@@ -817,10 +822,7 @@ class _Gen:
             e(f"{I}    sh{j}[u] = {v}")
         e(f"{I}for i in range(cw):")
         for j in outs_j:
-            if k > 1:
-                e(f"{I}    nt_store(w{j}, i0 + i, sw{j}[i])")
-            else:
-                e(f"{I}    nt_store(q{j}, head + i0 + i, sh{j}[i])")
+            self.nt_word(I + "    ", j, k, "i0 + i", f"sw{j}[i]", f"sh{j}[i]")
 
     def stat_outputs(self, I: str, sub: str, index: str) -> None:
         p, e = self.p, self.e
