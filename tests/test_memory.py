@@ -29,14 +29,16 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import threading
 import time
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
 
 import infiniop
-from infiniop import DType, InfiniError
+from infiniop import DType, InfiniError, memory
 from infiniop import TensorDescriptor as TD
 from infiniop.elementwise import functional
 from infiniop.rearrange import copy_, create_rearrange_descriptor, pattern, rearrange
@@ -230,3 +232,109 @@ def test_empty_aligned_refuses_negative_dimensions(shape):
     """As np.empty does (a buffer-backed constructor would take -1 as "whatever fits")."""
     with pytest.raises(ValueError, match="negative"):
         infiniop.empty_aligned(shape, np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recycled output buffers (memory.py): outputs of RECYCLE_MIN bytes and more
+# ---------------------------------------------------------------------------------------------
+
+BIG = memory.RECYCLE_MIN // 4 + 16  # float32 elements of a recycled output
+
+
+def test_large_outputs_are_recycled_only_when_nothing_refers_to_them():
+    x = infiniop.empty_aligned((BIG,), np.float32)
+    assert x.ctypes.data % 64 == 0 and x.shape == (BIG,) and x.dtype == np.float32
+    addr = x.ctypes.data
+    view = x[3:]  # a view keeps the buffer busy
+    del x
+    y = infiniop.empty_aligned((BIG,), np.float32)
+    assert y.ctypes.data != addr
+    del view
+    z = infiniop.empty_aligned((2, BIG // 2), np.int32)  # the same bytes: the idle buffer again
+    assert z.ctypes.data == addr and z.shape == (2, BIG // 2) and z.dtype == np.int32
+    small = infiniop.empty_aligned((memory.RECYCLE_MIN // 8,), np.float32)
+    assert small.nbytes not in memory._pool  # below the minimum: malloc's, as before
+    del y, z
+    assert infiniop.release_idle_buffers() >= 2 * 4 * BIG
+    assert not memory._pool.get(4 * BIG)
+
+
+def test_recycled_buffers_stay_within_the_bound(monkeypatch):
+    monkeypatch.setattr(memory, "POOL_BYTES", memory._pooled + (8 << 20))
+    five, six = 5 << 20, 6 << 20
+    w = memory.recycled_empty((five // 4,), np.float32, five)
+    kept = memory.recycled_empty((six // 4,), np.float32, six)  # no room left: not pooled
+    assert six not in memory._pool or not memory._pool[six]
+    del w, kept
+    v = memory.recycled_empty((six // 4,), np.float32, six)  # the idle 5 MiB buffer makes room
+    assert not memory._pool[five] and len(memory._pool[six]) == 1
+    assert memory._pooled <= memory.POOL_BYTES
+    too_big = memory.recycled_empty((memory.POOL_BYTES // 4 + 1,), np.float32,
+                                    memory.POOL_BYTES + 4)
+    assert too_big.nbytes not in memory._pool and too_big.ctypes.data % 64 == 0
+    del v, too_big
+
+
+def _pooled_addresses() -> set[int]:
+    return {b.ctypes.data + -b.ctypes.data % 64 for bufs in memory._pool.values() for b in bufs}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, "bfloat16"])
+def test_functional_outputs_in_recycled_buffers_keep_their_values(dtype):
+    """A freed output's buffer serves the next call; a live one is never written again."""
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    n = memory.RECYCLE_MIN // dt.itemsize + 64
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(n).astype(dt)
+    b = rng.standard_normal(n).astype(dt)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want_ab, want_ba = ((p - q).astype(np.float32).astype(dt) for p, q in ((a64, b64), (b64, a64)))
+    y = infiniop.sub(a, b)
+    assert np.array_equal(y.view(np.uint8), want_ab.view(np.uint8))
+    del y
+    pooled = memory._pooled
+    y2 = infiniop.sub(b, a)  # a freed buffer again: no new memory
+    addr = y2.ctypes.data
+    assert memory._pooled == pooled and addr in _pooled_addresses()
+    assert np.array_equal(y2.view(np.uint8), want_ba.view(np.uint8))
+    y3 = infiniop.sub(a, b)  # y2 is alive: another buffer
+    assert y3.ctypes.data != addr
+    assert np.array_equal(y2.view(np.uint8), want_ba.view(np.uint8))
+    rows = a.reshape(-1, 64)  # row operators take theirs from the same pool
+    s = infiniop.softmax(rows, axis=-1)
+    assert s.ctypes.data not in (addr, y3.ctypes.data)
+    want = np.exp(rows.astype(np.float64) - rows.astype(np.float64).max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(s.astype(np.float64), want, rtol=1e-2 if dt.itemsize == 2 else 1e-6,
+                               atol=1e-3 if dt.itemsize == 2 else 1e-7)
+    del y2, y3, s
+    infiniop.release_idle_buffers()
+
+
+def test_recycled_buffers_under_threads():
+    """Threads allocating and dropping large outputs at once: no live array shares memory with
+    another (each thread's marks survive the others' allocations)."""
+    errors = []
+
+    def work(tid):
+        held = []
+        for k in range(12):
+            x = infiniop.empty_aligned((BIG,), np.float32)
+            mark = np.float32(tid * 100 + k)
+            x[:1024] = mark
+            x[-1024:] = mark
+            held.append((x, mark))
+            if len(held) > 2:
+                held.pop(0)
+            time.sleep(0)
+            for arr, m in held:
+                if not (arr[:1024] == m).all() or not (arr[-1024:] == m).all():
+                    errors.append((tid, k))
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert memory._pooled <= memory.POOL_BYTES
+    infiniop.release_idle_buffers()

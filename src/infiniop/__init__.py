@@ -35,7 +35,7 @@ from .elementwise import (
     elementwise,
 )
 from .handle import create_handle
-from .memory import empty_aligned
+from .memory import empty_aligned, release_idle_buffers
 from .status import InfiniError, Status
 from .tensor import TensorDescriptor, create_tensor_descriptor
 
@@ -86,7 +86,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "FLOATS", "INTEGERS", "NUMERIC", "SIGNED", "UNSIGNED", "ElementwiseDescriptor",
-    "ElementwiseSpec", "OPERATORS", "elementwise", "empty_aligned",
+    "ElementwiseSpec", "OPERATORS", "elementwise", "empty_aligned", "release_idle_buffers",
     *_OPERATOR_MODULES, *(f"create_{name}_descriptor" for name in _OPERATOR_MODULES),
     "copy_", "create_rearrange_descriptor", "rearrange", "RowDescriptor", "RowSpec", "row_operator",
     "rope", "create_rope_descriptor",

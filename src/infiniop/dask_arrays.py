@@ -15,9 +15,6 @@ Dask is optional: ``pip install 'infiniop[dask]'``.
 from __future__ import annotations
 
 import operator
-import os
-import sys
-import threading
 from collections.abc import Callable
 from functools import partial
 from math import prod
@@ -158,56 +155,20 @@ def _block(spec, kwargs, dtype, inplace, *blocks):
     return spec(*blocks, out=recycled_empty(shape, dtype), **kwargs)
 
 
-# Fresh memory is expensive: the kernel zeroes every page on first touch (on VMs the hypervisor
-# may fault it in too), which for a large block can cost more than the operation itself. Dask
-# frees a block's result soon after its consumers ran, so block outputs are carved from a bounded
-# set of buffers that are reused once nothing refers to them any more (every NumPy view holds a
-# reference to its owner, so the owner's reference count says when a buffer is free).
-POOL_BYTES = int(os.environ.get("INFINIOP_DASK_POOL_MIB", 1024)) << 20  # kept per process at most
+# Dask frees a block's result soon after its consumers ran, so block outputs of 1 MiB and more
+# are recycled (memory.recycled_empty), not only those empty_aligned recycles.
 _POOL_MIN = 1 << 20  # smaller outputs come from malloc, which recycles them well already
-_pool: dict[int, list[np.ndarray]] = {}
-_pool_lock = threading.Lock()
-_pooled = 0
-
-
-def _idle(bufs: list, i: int) -> bool:
-    """No array refers to ``bufs[i]`` (only the list does)."""
-    return sys.getrefcount(bufs[i]) == _IDLE
-
-
-_probe = [np.empty(1, np.uint8)]
-_IDLE = sys.getrefcount(_probe[0])  # measured the way _idle measures: the list's + the argument's
-del _probe
 
 
 def recycled_empty(shape, dtype) -> np.ndarray:
     """An uninitialised 64-byte aligned array, in a recycled buffer when one is free."""
-    global _pooled
-    from .memory import ALIGNMENT, empty_aligned
+    from .memory import empty_aligned, recycled_empty
 
     dtype = np.dtype(dtype)
     nbytes = prod(shape) * dtype.itemsize
-    if nbytes < _POOL_MIN or nbytes > POOL_BYTES:
+    if nbytes < _POOL_MIN:
         return empty_aligned(shape, dtype)
-    with _pool_lock:
-        bufs = _pool.setdefault(nbytes, [])
-        free = next((i for i in range(len(bufs)) if _idle(bufs, i)), None)
-        if free is None:
-            for size, others in _pool.items():  # make room: drop idle buffers of other sizes
-                for i in reversed(range(len(others))):
-                    if _pooled + nbytes <= POOL_BYTES:
-                        break
-                    if size != nbytes and _idle(others, i):
-                        del others[i]
-                        _pooled -= size
-            if _pooled + nbytes > POOL_BYTES:
-                return empty_aligned(shape, dtype)
-            bufs.append(np.empty(nbytes + ALIGNMENT, np.uint8))
-            _pooled += nbytes
-            free = len(bufs) - 1
-        buf = bufs[free]
-        off = -buf.ctypes.data % ALIGNMENT
-        return buf[off:off + nbytes].view(dtype).reshape(shape)
+    return recycled_empty(shape, dtype, nbytes)
 
 
 # ---------------------------------------------------------------------------------------------
