@@ -33,7 +33,7 @@ def cases(torch):
     b = rng.standard_normal(N).astype(np.float32)
     x = rng.standard_normal(ROWS).astype(np.float32)
     o, ox = infiniop.empty_aligned(a.shape, a.dtype), infiniop.empty_aligned(x.shape, x.dtype)
-    ta, tb, tx = (torch.from_numpy(v) for v in (a, b, x)) if torch else (None,) * 3
+    ta, tb, tx, to = (torch.from_numpy(v) for v in (a, b, x, o)) if torch else (None,) * 4
     return {
         "sub float32 64 MiB": {
             "ours": lambda: infiniop.sub(a, b), "ours out=": lambda: infiniop.sub(a, b, out=o),
@@ -41,6 +41,14 @@ def cases(torch):
         "silu float32 64 MiB": {
             "ours": lambda: infiniop.silu(a), "ours out=": lambda: infiniop.silu(a, out=o),
             "numpy": None, "torch": (lambda: torch.nn.functional.silu(ta)) if torch else None},
+        "sub float32 64 MiB, tensors": {
+            "ours": (lambda: infiniop.sub(ta, tb)) if torch else None,
+            "ours out=": (lambda: infiniop.sub(ta, tb, out=to)) if torch else None,
+            "numpy": None, "torch": (lambda: ta - tb) if torch else None},
+        "transpose float32 4096x4096": {
+            "ours": lambda: infiniop.rearrange(x, "a b -> b a"),
+            "ours out=": lambda: infiniop.copy_(ox, x.T),
+            "numpy": lambda: np.ascontiguousarray(x.T), "torch": None},
         "softmax float32 4096x4096": {
             "ours": lambda: infiniop.softmax(x, axis=-1),
             "ours out=": lambda: infiniop.softmax(x, axis=-1, out=ox),

@@ -338,3 +338,36 @@ def test_recycled_buffers_under_threads():
     assert not errors
     assert memory._pooled <= memory.POOL_BYTES
     infiniop.release_idle_buffers()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_torch_and_rearrange_outputs_in_recycled_buffers(dtype):
+    """CPU tensors the front end allocates (elementwise, rows, rearrange) and rearrange's NumPy
+    outputs come from the same buffers."""
+    isz = torch.empty((), dtype=dtype).element_size()
+    n = memory.RECYCLE_MIN // isz + 64
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, generator=gen).to(dtype)
+    b = torch.randn(n, generator=gen).to(dtype)
+    want = (a.double() - b.double()).float().to(dtype)
+    y = infiniop.sub(a, b)
+    assert torch.equal(y, want) and y.data_ptr() % 64 == 0
+    del y
+    pooled = memory._pooled
+    y2 = infiniop.sub(a, b)  # a freed buffer again
+    assert memory._pooled == pooled and y2.data_ptr() in _pooled_addresses()
+    assert torch.equal(y2, want)
+    s = infiniop.softmax(a.view(-1, 64), axis=-1)  # y2 is alive: another buffer
+    assert s.data_ptr() != y2.data_ptr() and s.data_ptr() in _pooled_addresses()
+    torch.testing.assert_close(s.double(), torch.softmax(a.view(-1, 64).double(), -1),
+                               rtol=1e-2, atol=1e-3)
+    t = infiniop.rearrange(a.view(64, -1), "a b -> b a")
+    assert torch.equal(t, a.view(64, -1).T) and t.data_ptr() in _pooled_addresses()
+    assert torch.equal(y2, want)
+    x = np.arange(n, dtype=np.float32).reshape(64, -1)
+    r = infiniop.rearrange(x, "a b -> b a")
+    r2 = infiniop.rearrange(x, "a b -> b a")  # the planned fast path
+    assert np.array_equal(r, x.T) and np.array_equal(r2, x.T)
+    assert {r.ctypes.data, r2.ctypes.data} <= _pooled_addresses()
+    del y2, s, t, r, r2
+    infiniop.release_idle_buffers()

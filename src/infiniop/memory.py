@@ -101,6 +101,20 @@ def recycled_empty(shape, dtype, nbytes: int) -> np.ndarray:
         return np.ndarray(shape, dtype, buf, -buf.ctypes.data % ALIGNMENT)
 
 
+def torch_empty(shape, dtype, device="cpu"):
+    """``torch.empty(shape, dtype=dtype, device=device)``; a CPU tensor of ``RECYCLE_MIN``
+    bytes or more lives in a recycled buffer (the tensor holds the NumPy array that holds it)."""
+    import torch
+
+    shape = tuple(shape)
+    nbytes = dtype.itemsize
+    for extent in shape:
+        nbytes *= extent
+    if nbytes < RECYCLE_MIN or torch.device(device).type != "cpu":
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.from_numpy(recycled_empty((nbytes,), np.uint8, nbytes)).view(dtype).view(shape)
+
+
 def _fresh(shape, dtype, nbytes: int) -> np.ndarray:
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     return np.ndarray(shape, dtype, raw, -raw.ctypes.data % ALIGNMENT)

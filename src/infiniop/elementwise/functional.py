@@ -21,7 +21,7 @@ from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
 from ..interop import _torch
 from ..layout import broadcast_shape
-from ..memory import empty_aligned
+from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
 
@@ -202,7 +202,7 @@ def call(spec, args, out=None, params=None):
         if hit is not None:
             desc, shape, tdt, dev = hit
             if out is None:
-                out = _torch().empty(shape, dtype=tdt, device=dev)
+                out = torch_empty(shape, tdt, dev)
             desc.calculate(None, out, *args)
             _note_last_device(spec, desc, args, params, hit)
             return out
@@ -347,12 +347,10 @@ def _call_general(spec, args, out, params, key):
         for k in fresh:
             dt = _pick(spec, cands, k, output=True)
             if use_torch:
-                import torch
-
                 from ..dtype import to_torch
 
                 dev = "cpu" if device is None else f"{device[0]}:{device[1]}"
-                buffers[k] = torch.empty(shape, dtype=to_torch(dt), device=dev)
+                buffers[k] = torch_empty(shape, to_torch(dt), dev)
             else:
                 buffers[k] = empty_aligned(shape, dt.numpy)
     desc = _descriptor(spec, buffers, params, device)

@@ -4,6 +4,7 @@ each caching its descriptor per layout, so a repeated call is a look-up and a ke
 from __future__ import annotations
 
 from collections import OrderedDict
+from math import prod
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from ..dask_arrays import computed_source, is_dask
 from ..dask_arrays import rearrange as rearrange_dask
 from ..interop import inspect_buffer
 from ..layout import broadcast_strides
+from ..memory import RECYCLE_MIN, empty_aligned, torch_empty
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor, contiguous_strides
 from . import descriptor as _descriptor
@@ -84,10 +86,13 @@ _PLAN_CACHE_SIZE = 256
 
 def _new_like(x, shape, dtype):
     if type(x).__module__.startswith("torch"):
-        import torch
+        return torch_empty(shape, x.dtype)
+    return _allocator(shape, dtype.numpy)(shape, dtype=dtype.numpy)
 
-        return torch.empty(shape, dtype=x.dtype)
-    return np.empty(shape, dtype=dtype.numpy)
+
+def _allocator(shape, dtype):
+    """np.empty, or for outputs empty_aligned recycles, empty_aligned (decided with the plan)."""
+    return empty_aligned if prod(shape) * np.dtype(dtype).itemsize >= RECYCLE_MIN else np.empty
 
 
 def rearrange(x, pattern: str, **axis_sizes):
@@ -106,8 +111,8 @@ def rearrange(x, pattern: str, **axis_sizes):
     if type(x) is np.ndarray:  # fast path for repeated calls: no interop objects
         hit = _PLANS.get((pattern, x.dtype, x.shape, x.strides, sizes_key))
         if hit is not None:
-            desc, out_shape = hit
-            out = np.empty(out_shape, x.dtype)
+            desc, out_shape, alloc = hit
+            out = alloc(out_shape, dtype=x.dtype)
             if desc._run is not None:
                 desc._run(out.ctypes.data, x.ctypes.data)
             return out
@@ -130,11 +135,11 @@ def rearrange(x, pattern: str, **axis_sizes):
         it_shape, it_strides, out_shape = _plan_shapes(pat, info.shape, info.strides, axis_sizes)
         src_desc = TensorDescriptor(info.dtype, it_shape, it_strides)
         dst_desc = TensorDescriptor(info.dtype, it_shape, contiguous_strides(it_shape))
-        hit = (_descriptor_for(dst_desc, src_desc), out_shape)
+        hit = (_descriptor_for(dst_desc, src_desc), out_shape, _allocator(out_shape, info.dtype.numpy))
         _PLANS[key] = hit
         if len(_PLANS) > _PLAN_CACHE_SIZE:
             _PLANS.popitem(last=False)
-    desc, out_shape = hit
+    desc, out_shape, _ = hit
     out = _new_like(x, out_shape, info.dtype)
     if desc._run is not None:
         desc._run(inspect_buffer(out, "out").address, info.address)

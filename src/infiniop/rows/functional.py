@@ -24,7 +24,7 @@ from ..elementwise.functional import (
     _same_scalars,
 )
 from ..layout import broadcast_shape
-from ..memory import empty_aligned
+from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
 
 _cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shapes, dtypes)
@@ -164,11 +164,9 @@ def _call_general(spec, args, out, params, key):
             dt = sig.dtypes[k]
             s = shape if o.kind == "row" else stat_shape
             if use_torch:
-                import torch
-
                 from ..dtype import to_torch
 
-                buffers[k] = torch.empty(s, dtype=to_torch(dt), device=dev)
+                buffers[k] = torch_empty(s, to_torch(dt), dev)
             else:
                 buffers[k] = empty_aligned(s, dt.numpy)
     desc = _descriptor(spec, buffers, params, device)

@@ -25,7 +25,7 @@ from ..elementwise.functional import _as_array, _descriptor, _gpu_device, _is_to
 from ..elementwise.plan import OverlapCheck
 from ..kernel_cache import sha1
 from ..layout import Layout, broadcast_strides, check_writable_layout, normalize, overlap, raw_view
-from ..memory import empty_aligned
+from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
 
 NAMES = ("y", "x", "pos_ids", "sin_table", "cos_table")
@@ -286,9 +286,7 @@ def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
     if out is None:
         x0 = arrays[0]
         if _is_torch(x0):
-            import torch
-
-            out = torch.empty(tuple(x0.shape), dtype=x0.dtype, device=x0.device)
+            out = torch_empty(x0.shape, x0.dtype, x0.device)
         else:
             out = empty_aligned(x0.shape, x0.dtype)
     given = out  # an ndarray subclass (memmap...) is computed into as a plain view, returned
