@@ -124,7 +124,9 @@ def release_idle_buffers() -> int:
     """Free the recycled buffers no array refers to (their memory goes back to the system);
     returns how many bytes. Buffers still in use stay pooled.
 
-    >>> release_idle_buffers() >= 0
+    >>> x = empty_aligned((RECYCLE_MIN // 4,), np.float32)   # a recycled buffer
+    >>> del x                                                  # now idle
+    >>> release_idle_buffers() >= RECYCLE_MIN
     True
     """
     global _pooled
