@@ -97,7 +97,8 @@ def _fast_path(kernel, info, ops):
             if o.writes:
                 checks.append(f"x{j}.flags.writeable")
     extra = kernel.array_launcher_args
-    args = [f"x{j}" for j in range(n) if present[j]] + [f"p{k}" for k in range(len(info.params))]
+    params = getattr(kernel, "params", info.params)  # what the kernel takes (a table's address)
+    args = [f"x{j}" for j in range(n) if present[j]] + [f"p{k}" for k in range(len(params))]
     args += [f"e{k}" for k in range(len(extra))]
     src = (
         f"def fast(bufs):\n"
@@ -111,7 +112,7 @@ def _fast_path(kernel, info, ops):
     )
     env = {"nd": np.ndarray, "launcher": kernel.array_launcher}
     env.update({f"e{k}": v for k, v in enumerate(extra)})
-    env.update({f"p{k}": v for k, v in enumerate(info.params)})
+    env.update({f"p{k}": v for k, v in enumerate(params)})
     env.update({f"d{j}": d.dtype.numpy for j, d in enumerate(info.descs) if d is not None})
     exec(src, env)
     return env["fast"]

@@ -19,8 +19,9 @@ def elementwise_kernel(info, handle=None):
     """A callable kernel for a planned elementwise call (see elementwise.py). The CPU has one
     device, so ``handle`` is not needed; GPU backends use it to pick the vendor's launch table."""
     from .elementwise import ElementwiseKernel
+    from .tabulated import kernel_for
 
-    return ElementwiseKernel(info)
+    return kernel_for(info) or ElementwiseKernel(info)
 
 
 def row_kernel(info, handle=None):

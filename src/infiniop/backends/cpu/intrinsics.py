@@ -23,6 +23,10 @@
   vectors (four 16-lane accumulators), with a flag: (max, 1.0 if any element is NaN else 0.0).
 - ``row_sum_f16/bf16(addr, nchunks, L, lanes)`` and ``row_sumsq_*``: the lane sums of a
   row's whole chunks (of x, or of x * x), lane by lane in the fixed order, into ``lanes``.
+- ``lookup16(dst, src, table, n, nt)``: ``dst[i] = table[src[i]]`` for n 16-bit elements
+  (``table``: 65536 16-bit entries and one more, read but unused): 16-lane ``vpgatherdd``
+  where the CPU has AVX-512, 64-byte stores (``!nontemporal`` when ``nt``: ``dst`` then 64-byte
+  aligned), a scalar loop elsewhere and for the tail. The tabulated kernels (``tabulated.py``).
 - ``call_kernel(address, (args...))``: calls the compiled function at ``address`` (Numba's
   calling convention, an int64 result; ``native.Kernel.address``): the array launchers reach
   their kernel this way, so one launcher serves every kernel with the same operand structure.
@@ -35,7 +39,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import jit  # noqa: F401  (sets Numba up before it compiles anything)
+from . import cpuinfo, jit  # noqa: F401  (jit sets Numba up before it compiles anything)
 
 
 @intrinsic
@@ -500,3 +504,73 @@ def _row_sum(kind: str, square: bool):
 
 row_sum_f16, row_sum_bf16 = _row_sum("f16", False), _row_sum("bf16", False)
 row_sumsq_f16, row_sumsq_bf16 = _row_sum("f16", True), _row_sum("bf16", True)
+
+
+def _lookup16(nt: bool):
+    """``lookup16[_nt](dst, src, table, n)``: see the module docstring. LLVM's loop vectoriser
+    does not gather on AMD Zen (its cost model: scalar loads there), so the gathers are
+    explicit: bf16 gelu, 32M elements from memory, 2 threads (AMD EPYC Zen 4): 10.4 ms
+    computed, 9.4 with the scalar loads of a plain loop, 6.4 with these gathers (a copy: 2.8)."""
+
+    @intrinsic
+    def lookup16(typingctx, dst, src, table, n):
+        sig = types.void(dst, src, table, n)
+
+        def codegen(context, builder, signature, args):
+            i8, i16, i32, i64 = (ir.IntType(b) for b in (8, 16, 32, 64))
+            a64 = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
+            dst_p, src_p = (builder.inttoptr(a, i16.as_pointer()) for a in a64[:2])
+            tab = builder.inttoptr(a64[2], i16.as_pointer())
+            n = a64[3]
+            fn = builder.function
+            entry = builder.block
+            W = 32 if cpuinfo.avx512() else 0  # elements per vector step (two gathers)
+            nv = builder.mul(builder.udiv(n, ir.Constant(i64, W)), ir.Constant(i64, W)) if W \
+                else ir.Constant(i64, 0)
+            vhead, vbody, shead, sbody, done = (fn.append_basic_block(f"lookup16_{b}") for b in
+                                                ("vhead", "vbody", "shead", "sbody", "done"))
+            builder.branch(vhead)
+            builder.position_at_end(vhead)
+            i = builder.phi(i64)
+            i.add_incoming(ir.Constant(i64, 0), entry)
+            builder.cbranch(builder.icmp_signed("<", i, nv), vbody, shead)
+            builder.position_at_end(vbody)
+            if W:
+                v16, v32 = ir.VectorType(i16, 16), ir.VectorType(i32, 16)
+                gather = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(v32, [v32, i8.as_pointer(), v32, i16, i32]),
+                    "llvm.x86.avx512.gather.dpi.512")
+                halves = []
+                for h in range(2):  # 32-bit words at table + 2 idx: the entry in the low half
+                    p = builder.gep(src_p, [builder.add(i, ir.Constant(i64, 16 * h))])
+                    idx = builder.zext(builder.load(builder.bitcast(p, v16.as_pointer()), align=2), v32)
+                    words = builder.call(gather, [ir.Constant(v32, [0] * 16),
+                                                  builder.bitcast(tab, i8.as_pointer()), idx,
+                                                  ir.Constant(i16, -1), ir.Constant(i32, 2)])
+                    halves.append(builder.trunc(words, v16))
+                both = builder.shuffle_vector(halves[0], halves[1],
+                                              ir.Constant(ir.VectorType(i32, 32), list(range(32))))
+                out = builder.bitcast(builder.gep(dst_p, [i]), ir.VectorType(i16, 32).as_pointer())
+                store = builder.store(both, out, align=64 if nt else 2)
+                if nt:
+                    store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)]))
+            i.add_incoming(builder.add(i, ir.Constant(i64, W or 1)), vbody)
+            builder.branch(vhead)
+            builder.position_at_end(shead)  # the rest one by one
+            j = builder.phi(i64)
+            j.add_incoming(nv, vhead)
+            builder.cbranch(builder.icmp_signed("<", j, n), sbody, done)
+            builder.position_at_end(sbody)
+            idx = builder.zext(builder.load(builder.gep(src_p, [j])), i64)
+            builder.store(builder.load(builder.gep(tab, [idx])), builder.gep(dst_p, [j]))
+            j.add_incoming(builder.add(j, ir.Constant(i64, 1)), sbody)
+            builder.branch(shead)
+            builder.position_at_end(done)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lookup16
+
+
+lookup16, lookup16_nt = _lookup16(False), _lookup16(True)
