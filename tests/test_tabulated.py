@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("INFINIOP_TRITON_WORKER") == "1",
 tabulated = pytest.importorskip("infiniop.backends.cpu.tabulated")
 from infiniop.backends.cpu import cpuinfo  # noqa: E402
 
-NEEDS_GATHER = pytest.mark.skipif(not cpuinfo.avx512(), reason="tables need AVX-512 gathers")
+NEEDS_GATHER = pytest.mark.skipif(not cpuinfo.fast_gathers(), reason="tables need fast gathers")
 HALF = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 ALL = np.arange(1 << 16, dtype=np.uint16)  # every 16-bit pattern: NaNs, infinities, subnormals
 
@@ -215,3 +215,48 @@ def test_without_tables_the_same_results(no_tables):
     y = np.empty_like(x)
     d.calculate(None, y, x)
     np.testing.assert_array_equal(y.view(np.uint16), _computed("gelu", x).view(np.uint16))
+
+
+@pytest.mark.parametrize("state, vendor, want", [
+    ("Not affected", "AuthenticAMD", True), ("Vulnerable", "GenuineIntel", True),
+    ("Vulnerable: No microcode", "GenuineIntel", True),
+    ("Mitigation: Microcode", "GenuineIntel", False),
+    ("Unknown: Dependent on hypervisor status", "GenuineIntel", False),
+    (None, "AuthenticAMD", True), (None, "GenuineIntel", False)])
+def test_tables_only_where_gathers_are_fast(monkeypatch, tmp_path, state, vendor, want):
+    """Gather Data Sampling's microcode mitigation slows every gather of affected Intel CPUs:
+    tables only where Linux says it is not applied (or the CPU is not affected)."""
+    import builtins
+
+    real_open = builtins.open
+    sysfs = "/sys/devices/system/cpu/vulnerabilities/gather_data_sampling"
+
+    def fake_open(path, *a, **k):
+        if path == sysfs:
+            if state is None:
+                raise FileNotFoundError(path)
+            f = tmp_path / "gds"
+            f.write_text(state + "\n")
+            return real_open(f, *a, **k)
+        return real_open(path, *a, **k)
+
+    monkeypatch.delenv("INFINIOP_TABLES", raising=False)
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(cpuinfo, "avx512", lambda: True)
+    monkeypatch.setattr(cpuinfo, "_fields", lambda: {"vendor_id": vendor})
+    cpuinfo.fast_gathers.cache_clear()
+    try:
+        assert cpuinfo.fast_gathers() is want
+        monkeypatch.setenv("INFINIOP_TABLES", "0")
+        cpuinfo.fast_gathers.cache_clear()
+        assert cpuinfo.fast_gathers() is False
+        monkeypatch.setenv("INFINIOP_TABLES", "1")
+        cpuinfo.fast_gathers.cache_clear()
+        assert cpuinfo.fast_gathers() is True
+        monkeypatch.setattr(cpuinfo, "avx512", lambda: False)
+        monkeypatch.delenv("INFINIOP_TABLES")
+        cpuinfo.fast_gathers.cache_clear()
+        assert cpuinfo.fast_gathers() is False
+    finally:
+        monkeypatch.undo()
+        cpuinfo.fast_gathers.cache_clear()

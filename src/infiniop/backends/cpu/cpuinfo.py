@@ -52,6 +52,25 @@ def avx512() -> bool:
     return "avx512f" in _fields().get("flags", "").split()
 
 
+@cache
+def fast_gathers() -> bool:
+    """Whether 16-lane gathers run at the hardware's speed: AVX-512, and no microcode
+    mitigation of Gather Data Sampling (CVE-2022-40982), which makes every gather of affected
+    Intel CPUs several times slower (Linux reports it in sysfs; AMD CPUs are not affected).
+    ``INFINIOP_TABLES=0``/``1`` overrides it for the lookups that depend on it (tabulated.py)."""
+    env = os.environ.get("INFINIOP_TABLES")
+    if env in ("0", "1"):
+        return env == "1"
+    if not avx512():
+        return False
+    try:
+        with open("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling") as f:
+            state = f.read().strip()
+    except OSError:
+        return _fields().get("vendor_id") == "AuthenticAMD"
+    return state == "Not affected" or state.startswith("Vulnerable")
+
+
 # Rows of the elementwise tiled kind's micro-tiles: a 16 x 16 float32 tile is 16 registers on
 # AVX-512, but 32 of AVX2's 16 (LLVM spilled ~100 of them per tile on an AMD EPYC)
 TILE_ROW_BYTES = 64 if avx512() else 32

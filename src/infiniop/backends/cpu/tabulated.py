@@ -1,17 +1,19 @@
 """Math-heavy 16-bit unary operators as a table: every result computed once, then looked up.
 
 An fp16/bf16 input has 65,536 values. When an operator maps one such tensor to one fp16/bf16
-output with a math-heavy body, the CPU backend computes its result for every input value once per operator,
-signature and scalar parameters (the operator's own compiled kernel over all 65,536 bit
-patterns: the table holds exactly the bits it gives), then runs contiguous calls as a lookup:
+output with a math-heavy body, the CPU backend computes its result for every input value once
+per operator, signature and scalar parameters (the operator's own compiled kernel over all
+65,536 bit patterns: the table holds exactly the bits it gives), then runs contiguous calls as a
+lookup:
 ``y[i] = table[bits(x[i])]``, gathers of 16 lanes on AVX-512 with 64-byte non-temporal stores.
 The results are the computed ones, bit for bit (NaN payloads included), on every layout and
 thread count; strided, broadcast and transposed calls, GPUs and other dtypes compute as before.
 
-Only where the CPU gathers 16 lanes (AVX-512) and the body is heavy enough to lose to the
-gathers (:data:`MIN_NODES`: bf16 gelu, atanh, erfc, erfinv; fp16 erfc, erfinv; user operators
-alike): bf16 erfc, 32M elements from memory, 2 threads (AMD EPYC Zen 4): computed 13.5-14.4 ms,
-looked up 6.2-10.5 (a copy of the same bytes: 2.8 ms).
+Only where the CPU gathers 16 lanes at full speed (``cpuinfo.fast_gathers``: AVX-512, no
+microcode mitigation of Gather Data Sampling; ``INFINIOP_TABLES=0`` turns tables off) and the
+body is heavy enough to lose to the gathers (:data:`MIN_NODES`: bf16 gelu, atanh, erfc, erfinv;
+fp16 erfc, erfinv; user operators alike): bf16 erfc, 32M elements from memory, 2 threads (AMD
+EPYC Zen 4): computed 13.5-14.4 ms, looked up 6.2-10.5 (a copy of the same bytes: 2.8 ms).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def eligible(info) -> bool:
     return (info.kind == "flat" and info.pattern == "11" and len(slots) == 2
             and slots[0].store is not None and slots[1].store is None
             and slots[0].dtype in HALF and slots[1].dtype in HALF
-            and cpuinfo.avx512()
+            and cpuinfo.fast_gathers()
             and len(topo(info.program.results)) >= MIN_NODES[slots[1].dtype])
 
 
