@@ -242,7 +242,7 @@ def test_tables_only_where_gathers_are_fast(monkeypatch, tmp_path, state, vendor
 
     monkeypatch.delenv("INFINIOP_TABLES", raising=False)
     monkeypatch.setattr(builtins, "open", fake_open)
-    monkeypatch.setattr(cpuinfo, "avx512", lambda: True)
+    monkeypatch.setattr(cpuinfo, "compiles_avx512", lambda: True)
     monkeypatch.setattr(cpuinfo, "_fields", lambda: {"vendor_id": vendor})
     cpuinfo.fast_gathers.cache_clear()
     try:
@@ -253,10 +253,25 @@ def test_tables_only_where_gathers_are_fast(monkeypatch, tmp_path, state, vendor
         monkeypatch.setenv("INFINIOP_TABLES", "1")
         cpuinfo.fast_gathers.cache_clear()
         assert cpuinfo.fast_gathers() is True
-        monkeypatch.setattr(cpuinfo, "avx512", lambda: False)
+        monkeypatch.setattr(cpuinfo, "compiles_avx512", lambda: False)
         monkeypatch.delenv("INFINIOP_TABLES")
         cpuinfo.fast_gathers.cache_clear()
         assert cpuinfo.fast_gathers() is False
     finally:
         monkeypatch.undo()
         cpuinfo.fast_gathers.cache_clear()
+
+
+def test_avx512_code_only_for_this_cpu(monkeypatch):
+    """NUMBA_CPU_NAME / NUMBA_CPU_FEATURES aimed at another CPU: no AVX-512 gathers emitted."""
+    monkeypatch.setattr(cpuinfo, "avx512", lambda: True)
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    assert cpuinfo.compiles_avx512()
+    monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
+    assert not cpuinfo.compiles_avx512()
+    monkeypatch.setenv("NUMBA_CPU_NAME", "host")
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,+fma")
+    assert not cpuinfo.compiles_avx512()
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,+avx512f,+avx512bw")
+    assert cpuinfo.compiles_avx512()

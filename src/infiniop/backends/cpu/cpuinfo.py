@@ -52,6 +52,14 @@ def avx512() -> bool:
     return "avx512f" in _fields().get("flags", "").split()
 
 
+def compiles_avx512() -> bool:
+    """Whether Numba compiles for this CPU with AVX-512 (not for a named other CPU or feature
+    set: ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``), so AVX-512 intrinsics may be emitted."""
+    name = os.environ.get("NUMBA_CPU_NAME", "host")
+    features = os.environ.get("NUMBA_CPU_FEATURES")
+    return avx512() and name == "host" and (features is None or "+avx512f" in features)
+
+
 @cache
 def fast_gathers() -> bool:
     """Whether 16-lane gathers run at the hardware's speed: AVX-512, and no microcode
@@ -61,7 +69,7 @@ def fast_gathers() -> bool:
     env = os.environ.get("INFINIOP_TABLES")
     if env in ("0", "1"):
         return env == "1"
-    if not avx512():
+    if not compiles_avx512():
         return False
     try:
         with open("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling") as f:

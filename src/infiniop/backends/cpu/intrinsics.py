@@ -524,7 +524,7 @@ def _lookup16(nt: bool):
             n = a64[3]
             fn = builder.function
             entry = builder.block
-            W = 32 if cpuinfo.avx512() else 0  # elements per vector step (two gathers)
+            W = 32 if cpuinfo.compiles_avx512() else 0  # elements a vector step (two gathers)
             nv = builder.mul(builder.udiv(n, ir.Constant(i64, W)), ir.Constant(i64, W)) if W \
                 else ir.Constant(i64, 0)
             vhead, vbody, shead, sbody, done = (fn.append_basic_block(f"lookup16_{b}") for b in
