@@ -41,8 +41,8 @@ from .elementwise_kernels import flat_driver, launcher, launcher_tables
 # 10.0 -> 11.3, log10 (59) 8.0 -> 7.0 and 8.9 -> 9.8. fp16 inputs touch ~50 KB (L2): erfc (99)
 # 12.2 -> 7.8 and 14.0 -> 11.4, erfinv (129) 21.2 -> 13.9 and 20.3 -> 10.8, gelu (72) even.
 # The gathers slowed more than the arithmetic between those states (one thread in L2: lookup
-# 0.34 -> 0.55 ns an element, gelu computed 0.60 -> 0.66). Without AVX-512 the lookups would be
-# scalar loads (9.4 ms for bf16 gelu here): no tables there.
+# 0.34 -> 0.55 ns an element, gelu computed 0.60 -> 0.66). Without fast gathers the lookups would
+# be scalar loads (9.4 ms for bf16 gelu here) or mitigated gathers: no tables there.
 MIN_NODES = {DType.BF16: 70, DType.F16: 90}
 HALF = (DType.F16, DType.BF16)
 TABLE_CACHE = 64  # tables kept per process (130 KB each); a kernel keeps its own alive
@@ -106,7 +106,7 @@ def eligible(info) -> bool:
 
 def table_for(info) -> np.ndarray:
     """The operator's result for every 16-bit input pattern, computed by its own flat kernel
-    (64-byte aligned: the gathers read aligned 32-bit words); cached per process."""
+    (and 32 unused entries: the gathers read a 32-bit word at each entry); cached per process."""
     from ...elementwise.plan import plan
     from .elementwise import ElementwiseKernel
 
