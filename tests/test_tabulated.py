@@ -275,3 +275,24 @@ def test_avx512_code_only_for_this_cpu(monkeypatch):
     assert not cpuinfo.compiles_avx512()
     monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,+avx512f,+avx512bw")
     assert cpuinfo.compiles_avx512()
+
+
+@NEEDS_GATHER
+@pytest.mark.parametrize("dtype", list(HALF))
+def test_looked_up_erfc_is_the_exact_value_rounded_once(dtype):
+    """Against an independent reference: float64 ``math.erfc`` (2^-52 or better here) rounded
+    once to the type, every input pattern (erfc is correctly rounded on all of them, README)."""
+    import math
+
+    from mathlib_support import round_once
+
+    x = ALL.view(HALF[dtype])
+    d = _create(infiniop.erfc, np.empty_like(x), x)
+    assert type(d._kernel).__name__ == "TabulatedKernel"
+    y = np.empty_like(x)
+    d.calculate(None, y, x)
+    xf = x.astype(np.float64)
+    ref = round_once(np.array([math.erfc(v) if not math.isnan(v) else v for v in xf]), x.dtype)
+    ok = np.isnan(xf)
+    np.testing.assert_array_equal(np.isnan(y.astype(np.float64)), ok)
+    np.testing.assert_array_equal(y.view(np.uint16)[~ok], ref.view(np.uint16)[~ok])
