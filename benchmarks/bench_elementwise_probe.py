@@ -1,6 +1,8 @@
 """Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm prefill and softmax
 rows, through `infiniop bench`, with a C probe of the same access pattern timed in the same rounds (column
-"probe %ceil"; bf16 rms_norm adds "probe.hw %ceil", the hardware's bf16 rounding).
+"probe %ceil"; bf16 rms_norm adds "probe.hw %ceil", the hardware's bf16 rounding; float32
+softmax "probe.order %ceil", a probe keeping our contract's reduction order, whose results must
+equal ours bit for bit).
 
     PYTHONPATH=src python benchmarks/bench_elementwise_probe.py [--rows sub-f16,transposed]
         [--rounds 5] [--json out.jsonl]
@@ -90,6 +92,11 @@ def with_probe(case: Case, lib, fname: str) -> Case:
             result = _agreeing(prep.results["infiniop"], lambda: out, tol)
             extra = {k: (f, _agreeing(prep.results["infiniop"], lambda o=o: o, tol))
                      for k, (f, o) in extra.items()}
+            if case.op == "softmax" and case.dtype == "float32" and n % 1024 == 0:
+                # the contract's reduction order: our bits exactly (checked bit for bit)
+                same = empty_aligned(a.shape, a.dtype)
+                extra["probe.order"] = (lambda: lib.softmax_order_f32(_ptr(same), *args[1:]),
+                                        lambda: same)
         elif case.layout == "contiguous" and case.op == "clip":
             lo, hi = (ctypes.c_float(float(x.reshape(-1)[0])) for x in ins[1:])
             args = (_ptr(out), _ptr(a), lo, hi, ctypes.c_long(a.size))

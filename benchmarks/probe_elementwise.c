@@ -318,3 +318,67 @@ static inline void softmax_t(void *y, const void *x, long rows, long n, int dt) 
 void softmax_f32(float *y, const float *x, long rows, long n) { softmax_t(y, x, rows, n, 0); }
 void softmax_f16(uint16_t *y, const uint16_t *x, long rows, long n) { softmax_t(y, x, rows, n, 1); }
 void softmax_bf16(uint16_t *y, const uint16_t *x, long rows, long n) { softmax_t(y, x, rows, n, 2); }
+
+/* The halving of L lanes that infiniop's reductions end with (rows/spec.py): pairs of pairs,
+ * (a[l] + a[l + h]) + (a[l + q] + a[l + h + q]), then the last two. */
+static inline float lanes_halved(float *a, long L) {
+    long h = L >> 1;
+    while (h > 1) {
+        long q = h >> 1;
+        if (q >= 16)
+            for (long l = 0; l < q; l += 16)
+                _mm512_store_ps(a + l, _mm512_add_ps(
+                    _mm512_add_ps(_mm512_load_ps(a + l), _mm512_loadu_ps(a + l + h)),
+                    _mm512_add_ps(_mm512_loadu_ps(a + l + q), _mm512_loadu_ps(a + l + h + q))));
+        else
+            for (long l = 0; l < q; l++) a[l] = (a[l] + a[l + h]) + (a[l + q] + a[l + h + q]);
+        h >>= 2;
+    }
+    if (h == 1) a[0] = a[0] + a[1];
+    return a[0];
+}
+
+/* float32 softmax rows (n a multiple of 1024) with infiniop's bits: the sum in the order its
+ * contract fixes (lane l = j mod 1024 takes the row's chunks in turn, from -0, in L1; then the
+ * halving), the same exp, y = e * (1 / sum); otherwise as softmax_t (a register max, the next
+ * row prefetched during the exp pass, streaming stores). What a hand-written kernel costs when
+ * it keeps the reduction order that makes every backend and thread count agree. */
+void softmax_order_f32(float *y, const float *x, long rows, long n) {
+    const long L = 1024;
+#pragma omp parallel
+    {
+        float cache[n] __attribute__((aligned(64)));
+        float lanes[L] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+        for (long r = 0; r < rows; r++) {
+            const float *xr = x + r * n, *nx = xr + n;
+            float *yr = y + r * n;
+            __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+            for (long i = 0; i < n; i += 64) {
+                m0 = _mm512_max_ps(m0, _mm512_loadu_ps(xr + i)); m1 = _mm512_max_ps(m1, _mm512_loadu_ps(xr + i + 16));
+                m2 = _mm512_max_ps(m2, _mm512_loadu_ps(xr + i + 32)); m3 = _mm512_max_ps(m3, _mm512_loadu_ps(xr + i + 48));
+            }
+            __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3))));
+            for (long l = 0; l < L; l += 16) _mm512_store_ps(lanes + l, _mm512_set1_ps(-0.0f));
+            for (long c = 0; c < n; c += L)
+                for (long l = 0; l < L; l += 32) {
+                    long j = c + l;
+                    if (r + 1 < rows) {
+                        _mm_prefetch((const char *)(nx + j), _MM_HINT_T1);
+                        _mm_prefetch((const char *)(nx + j + 16), _MM_HINT_T1);
+                    }
+                    __m512 e0 = expnp(_mm512_sub_ps(_mm512_loadu_ps(xr + j), mx));
+                    __m512 e1 = expnp(_mm512_sub_ps(_mm512_loadu_ps(xr + j + 16), mx));
+                    _mm512_store_ps(cache + j, e0); _mm512_store_ps(cache + j + 16, e1);
+                    _mm512_store_ps(lanes + l, _mm512_add_ps(_mm512_load_ps(lanes + l), e0));
+                    _mm512_store_ps(lanes + l + 16, _mm512_add_ps(_mm512_load_ps(lanes + l + 16), e1));
+                }
+            __m512 inv = _mm512_set1_ps(1.0f / lanes_halved(lanes, L));
+            for (long i = 0; i < n; i += 32) {
+                _mm512_stream_ps(yr + i, _mm512_mul_ps(_mm512_load_ps(cache + i), inv));
+                _mm512_stream_ps(yr + i + 16, _mm512_mul_ps(_mm512_load_ps(cache + i + 16), inv));
+            }
+        }
+        _mm_sfence();
+    }
+}
