@@ -1,6 +1,6 @@
-"""Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm prefill and softmax
-rows, through `infiniop bench`, with a C probe of the same access pattern timed in the same rounds (column
-"probe %ceil"; bf16 rms_norm adds "probe.hw %ceil", the hardware's bf16 rounding; float32
+"""Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm prefill, softmax
+and rope rows, through `infiniop bench`, with a C probe of the same access pattern timed in the
+same rounds (column "probe %ceil"; bf16 rms_norm adds "probe.hw %ceil", the hardware's bf16 rounding; float32
 softmax "probe.order %ceil", a probe keeping our contract's reduction order, whose results must
 equal ours bit for bit).
 
@@ -33,6 +33,7 @@ N = 1 << 25
 SQUARE = 1 << 24
 PREFILL = (2048, 4096)
 SQUARE_ROWS = (4096, 4096)
+ROPE = (2048, 32, 128)  # (seq, heads, head dim): GPT-NeoX halves, positions not in order
 
 # name -> (op, dtype, layout, size, probe function)
 ROWS = {
@@ -49,6 +50,9 @@ ROWS = {
     "softmax-f32": ("softmax", "float32", "rows", SQUARE_ROWS, "softmax_f32"),
     "softmax-f16": ("softmax", "float16", "rows", SQUARE_ROWS, "softmax_f16"),
     "softmax-bf16": ("softmax", "bfloat16", "rows", SQUARE_ROWS, "softmax_bf16"),
+    "rope-f32": ("rope", "float32", "prefill", ROPE, "rope_neox_f32"),
+    "rope-f16": ("rope", "float16", "prefill", ROPE, "rope_neox_f16"),
+    "rope-bf16": ("rope", "bfloat16", "prefill", ROPE, "rope_neox_bf16"),
 }
 
 
@@ -97,6 +101,11 @@ def with_probe(case: Case, lib, fname: str) -> Case:
                 same = empty_aligned(a.shape, a.dtype)
                 extra["probe.order"] = (lambda: lib.softmax_order_f32(_ptr(same), *args[1:]),
                                         lambda: same)
+        elif case.op == "rope":
+            seq, heads, dh = a.shape
+            args = (_ptr(out), *(_ptr(t) for t in ins), ctypes.c_long(seq), ctypes.c_long(heads),
+                    ctypes.c_long(dh))
+            result = _agreeing(prep.results["infiniop"], lambda: out, ROW_TOLERANCE[case.dtype])
         elif case.layout == "contiguous" and case.op == "clip":
             lo, hi = (ctypes.c_float(float(x.reshape(-1)[0])) for x in ins[1:])
             args = (_ptr(out), _ptr(a), lo, hi, ctypes.c_long(a.size))
@@ -130,7 +139,7 @@ def main(argv=None) -> int:
     cases = []
     for name in args.rows.split(","):
         op, dtype, layout, size, fname = ROWS[name]
-        make = {"rearrange": _rearrange, "rms_norm": _rows, "softmax": _rows}.get(op)
+        make = {"rearrange": _rearrange, "rms_norm": _rows, "softmax": _rows, "rope": _rows}.get(op)
         case = (make(dtype, layout, size, threads) if op == "rearrange"
                 else make(op, dtype, layout, size, threads) if make else
                 _elementwise(op, dtype, layout, size, threads))

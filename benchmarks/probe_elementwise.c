@@ -382,3 +382,38 @@ void softmax_order_f32(float *y, const float *x, long rows, long n) {
         _mm_sfence();
     }
 }
+
+/* rope, GPT-NeoX halves (algo 1), x [seq, nhead, dh] contiguous, dh a multiple of 64, tables
+ * [max_pos, dh / 2] of x's dtype gathered by pos: per pair (a, b) = (x[i], x[i + dh/2]),
+ * (a cos - b sin, a sin + b cos) in float32, rounded once; rows streamed (64-byte stores). */
+static inline void rope_neox_t(void *y, const void *x, const int32_t *pos, const void *sin,
+                               const void *cos, long seq, long nh, long dh, int dt) {
+    long half = dh / 2, isz = dt ? 2 : 4;
+#pragma omp parallel for schedule(static)
+    for (long s = 0; s < seq; s++) {
+        const char *sr = (const char *)sin + pos[s] * half * isz;
+        const char *cr = (const char *)cos + pos[s] * half * isz;
+        for (long h = 0; h < nh; h++) {
+            long off = (s * nh + h) * dh;
+            const char *xr = (const char *)x + off * isz;
+            char *yr = (char *)y + off * isz;
+            for (long i = 0; i < half; i += 32) {
+                __m512 a0 = row_load(xr, i, dt), a1 = row_load(xr, i + 16, dt);
+                __m512 b0 = row_load(xr, i + half, dt), b1 = row_load(xr, i + half + 16, dt);
+                __m512 s0 = row_load(sr, i, dt), s1 = row_load(sr, i + 16, dt);
+                __m512 c0 = row_load(cr, i, dt), c1 = row_load(cr, i + 16, dt);
+                row_store32(yr, i, _mm512_sub_ps(_mm512_mul_ps(a0, c0), _mm512_mul_ps(b0, s0)),
+                            _mm512_sub_ps(_mm512_mul_ps(a1, c1), _mm512_mul_ps(b1, s1)), dt, 0);
+                row_store32(yr, i + half, _mm512_add_ps(_mm512_mul_ps(a0, s0), _mm512_mul_ps(b0, c0)),
+                            _mm512_add_ps(_mm512_mul_ps(a1, s1), _mm512_mul_ps(b1, c1)), dt, 0);
+            }
+        }
+    }
+    _mm_sfence();
+}
+void rope_neox_f32(float *y, const float *x, const int32_t *pos, const float *sin, const float *cos,
+                   long seq, long nh, long dh) { rope_neox_t(y, x, pos, sin, cos, seq, nh, dh, 0); }
+void rope_neox_f16(uint16_t *y, const uint16_t *x, const int32_t *pos, const uint16_t *sin,
+                   const uint16_t *cos, long seq, long nh, long dh) { rope_neox_t(y, x, pos, sin, cos, seq, nh, dh, 1); }
+void rope_neox_bf16(uint16_t *y, const uint16_t *x, const int32_t *pos, const uint16_t *sin,
+                    const uint16_t *cos, long seq, long nh, long dh) { rope_neox_t(y, x, pos, sin, cos, seq, nh, dh, 2); }
