@@ -153,6 +153,43 @@ def test_rope_positions_outside_the_table(handle, kind):
     desc.calculate(None, np.empty_like(x), x, ok, s, c)
 
 
+@pytest.mark.parametrize("parallel", [False, True], ids=["serial", "parallel"])
+def test_rope_checks_every_position_once(handle, monkeypatch, parallel):
+    """The position check walks pos_ids, not the rows (a position serves every head): per-batch
+    positions (2, 5) for x (2, 5, 3, 8), one bad entry anywhere is BAD_PARAM with y untouched,
+    on the pool and on the calling thread; positions broadcast along the sequence (stride 0)
+    are checked too."""
+    if infiniop.create_handle("cpu").device.name != "CPU":
+        pytest.skip("the CPU kernel's check")
+    from infiniop.backends.cpu import runtime
+
+    if parallel:
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 3, 8)).astype(np.float32)
+    s = c = np.zeros((16, 4), np.float32)
+
+    def call(pos, y):  # a descriptor of its own: the functional cache would keep one kernel
+        descs = [TensorDescriptor.from_array(a) for a in (y, x, pos, s, c)]
+        return infiniop.create_rope_descriptor(handle, *descs).calculate(None, y, x, pos, s, c)
+
+    for k in range(10):
+        pos = rng.integers(0, 16, (2, 5)).astype(np.int32)
+        pos.reshape(-1)[k] = 16 if k % 2 else -1
+        y = np.full_like(x, 7.0)
+        raises(Status.BAD_PARAM, call, pos, y, match="outside the tables")
+        assert (y == 7.0).all()
+    for bad in (False, True):
+        pos = np.broadcast_to(np.array([[3], [16 if bad else 15]], np.int32), (2, 5))
+        y = np.full_like(x, 7.0)
+        if bad:
+            raises(Status.BAD_PARAM, call, pos, y, match="outside the tables")
+            assert (y == 7.0).all()
+        else:
+            call(pos, y)
+            assert (y == 0.0).all()  # zero tables
+
+
 def test_rope_overlaps(handle):
     x = np.zeros((4, 2, 8), np.float32)
     s = np.zeros((16, 4), np.float32)
