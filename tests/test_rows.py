@@ -1006,9 +1006,10 @@ def test_rope_in_place_reads_and_writes_one_pointer(handle, algo):
 def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
     """Large out-of-place calls compute each row whose y is one run of whole lines starting on
     a line into a stack chunk and store it from there non-temporally (``rope.source(...,
-    stream=True)``); other rows (y 16 bytes past a line, as NumPy allocates; padded rows, some
-    on a line and some not), in-place calls and rows of partial lines store as before. The
-    same bits in every case; the condition as generated."""
+    stream=True)``; NeoX rows whose halves are whole lines each stream as computed); other
+    rows (y 16 bytes past a line, as NumPy allocates; padded rows, some on a line and some
+    not), in-place calls and rows of partial lines store as before. The same bits in every
+    case; the condition as generated."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     from infiniop.backends.cpu import rope as cpu_rope
@@ -1052,6 +1053,14 @@ def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
     xi = x.copy()  # in place
     assert_exact(rope(xi, xi, sin, cos), want)
     assert_exact(rope(at(0, x3.shape, dtype), x3, s3, c3), want3)
+    if algo == 1:  # NeoX halves of whole lines stream as computed (through ``qd``)
+        assert "nt_store(qd, i, " in cpu_rope.source(d.info.program, steps, True)
+        for dh in (32, 96, 128):  # halves of 32 to 512 bytes: whole lines or not, vector tails
+            xd = draw(rng, dtype, (33, 8, dh))
+            sd, cd = _tables(rng, 50, dh // 2, dtype)
+            off_line = rope(at(16, xd.shape, dtype), xd, sd, cd)  # not streamed
+            assert_close(off_line, ref_rope(xd, pos, sd, cd, algo), dtype)
+            assert_exact(rope(at(0, xd.shape, dtype), xd, sd, cd), off_line)
 
 
 def test_rope_rows_counted_across_dimensions(handle, monkeypatch):
