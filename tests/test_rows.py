@@ -1006,10 +1006,11 @@ def test_rope_in_place_reads_and_writes_one_pointer(handle, algo):
 def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
     """Large out-of-place calls compute each row whose y is one run of whole lines starting on
     a line into a stack chunk and store it from there non-temporally (``rope.source(...,
-    stream=True)``; NeoX rows whose halves are whole lines each stream as computed); other
-    rows (y 16 bytes past a line, as NumPy allocates; padded rows, some on a line and some
-    not), in-place calls and rows of partial lines store as before. The same bits in every
-    case; the condition as generated."""
+    stream=True)``; NeoX rows whose halves are whole lines each, and GPT-J rows read and
+    written as words, stream as computed); other rows (y 16 bytes past a line, as NumPy
+    allocates; padded rows, some on a line and some not; x one element past a pair), in-place
+    calls and rows of partial lines store as before. The same bits in every case; the
+    condition as generated."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     from infiniop.backends.cpu import rope as cpu_rope
@@ -1053,6 +1054,11 @@ def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
     xi = x.copy()  # in place
     assert_exact(rope(xi, xi, sin, cos), want)
     assert_exact(rope(at(0, x3.shape, dtype), x3, s3, c3), want3)
+    xs = infiniop.empty_aligned((x.size + 1,), dtype)[1:].reshape(x.shape)  # x's pairs split
+    xs[...] = x
+    assert_exact(rope(at(0, x.shape, dtype), xs, sin, cos), want)
+    if algo == 0 and dtype is not np.float64:  # GPT-J words on a line stream as computed
+        assert "nt_store(w0, i, " in cpu_rope.source(d.info.program, steps, True)
     if algo == 1:  # NeoX halves of whole lines stream as computed (through ``qd``)
         assert "nt_store(qd, i, " in cpu_rope.source(d.info.program, steps, True)
         for dh in (32, 96, 128):  # halves of 32 to 512 bytes: whole lines or not, vector tails

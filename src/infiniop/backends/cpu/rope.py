@@ -44,15 +44,17 @@ WORDS = {DType.F16: 32, DType.BF16: 32, DType.F32: 64}
 
 
 def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str,
-               y_at: str = "") -> None:
+               y_at: str = "", nt: bool = False) -> None:
     """Emit the word loop of a GPT-J row (pairs adjacent: yb = xb = 1, both rows aligned to a
     pair) storing through ``out`` (``w0``, or ``w1`` in place; ``w0`` at ``y_at``, a staged
-    row's stack chunk, when given), then ``else:`` for the element loop the caller emits."""
+    row's stack chunk, when given; non-temporally when ``nt``, for rows starting on a line),
+    then ``else:`` for the element loop the caller emits."""
     dt = dts[0]
     bits = WORDS[dt]
     u = f"np.uint{bits}"
+    on_line = f" and (s0 + g0 * {isz}) & 63 == 0" if nt else ""
     e(f"{I}if yb == 1 and xb == 1 and (s0 + g0 * {isz}) % {2 * isz} == 0 "
-      f"and (s1 + g1 * {isz}) % {2 * isz} == 0:")
+      f"and (s1 + g1 * {isz}) % {2 * isz} == 0{on_line}:")
     J = I + "    "
     e(f"{J}w0 = address_as_pointer({y_at or f's0 + g0 * {isz}'}, {u})")
     e(f"{J}w1 = address_as_pointer(s1 + g1 * {isz}, {u})")
@@ -75,9 +77,10 @@ def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str,
     ys = [_store(dt, o, r.dtype) for o, r in zip(outs, results)]
     if dt is DType.F32:
         lo, hi = (f"np.uint64(bitcast({v}, np.uint32))" for v in ys)
-        e(f"{K}{out}[i] = {lo} | ({hi} << np.uint64(32))")
+        word = f"{lo} | ({hi} << np.uint64(32))"
     else:
-        e(f"{K}{out}[i] = {packed_word(ys, 16)}")
+        word = packed_word(ys, 16)
+    e(f"{K}nt_store({out}, i, {word})" if nt else f"{K}{out}[i] = {word}")
     e(f"{I}else:")
 
 
@@ -142,6 +145,12 @@ def source(prog, steps: str, stream: bool = False) -> str:
             e(f"{J}qd = address_as_pointer(s0 + g0 * {isz[0]}, np.{st[0]})")
             pair_loops(J, False, direct=True)
             e(f"{I}elif (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
+        elif steps[:2] == "22" and dts[0] == dts[1] and dts[0] in WORDS:
+            # GPT-J rows on a line read and written as words: stored likewise as computed
+            # ((2048, 32, 128), same measurement: 1-8% faster in each dtype)
+            word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, "w0", nt=True)
+            I, J = J, J + "    "
+            e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
         else:
             e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
         e(f"{J}qs = address_as_pointer(sc, np.{st[0]})")
