@@ -1,8 +1,8 @@
-"""Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm prefill, softmax
-and rope rows, through `infiniop bench`, with a C probe of the same access pattern timed in the
-same rounds (column "probe %ceil"; bf16 rms_norm adds "probe.hw %ceil", the hardware's bf16 rounding; float32
-softmax "probe.order %ceil", a probe keeping our contract's reduction order, whose results must
-equal ours bit for bit).
+"""Issue 13's elementwise rows and float32 transpose, and issue 12's rms_norm, add_rms_norm and
+layer_norm prefill, softmax and rope rows, through `infiniop bench`, with a C probe of the same
+access pattern timed in the same rounds (column "probe %ceil"; bf16 rms_norm adds "probe.hw
+%ceil", the hardware's bf16 rounding; float32 softmax "probe.order %ceil", a probe keeping our
+contract's reduction order, whose results must equal ours bit for bit).
 
     PYTHONPATH=src python benchmarks/bench_elementwise_probe.py [--rows sub-f16,transposed]
         [--rounds 5] [--json out.jsonl]
@@ -50,6 +50,12 @@ ROWS = {
     "softmax-f32": ("softmax", "float32", "rows", SQUARE_ROWS, "softmax_f32"),
     "softmax-f16": ("softmax", "float16", "rows", SQUARE_ROWS, "softmax_f16"),
     "softmax-bf16": ("softmax", "bfloat16", "rows", SQUARE_ROWS, "softmax_bf16"),
+    "layer-norm-f32": ("layer_norm", "float32", "prefill", PREFILL, "layer_norm_f32"),
+    "layer-norm-f16": ("layer_norm", "float16", "prefill", PREFILL, "layer_norm_f16"),
+    "layer-norm-bf16": ("layer_norm", "bfloat16", "prefill", PREFILL, "layer_norm_bf16"),
+    "add-rms-f32": ("add_rms_norm", "float32", "prefill", PREFILL, "add_rms_norm_f32"),
+    "add-rms-f16": ("add_rms_norm", "float16", "prefill", PREFILL, "add_rms_norm_f16"),
+    "add-rms-bf16": ("add_rms_norm", "bfloat16", "prefill", PREFILL, "add_rms_norm_bf16"),
     "rope-f32": ("rope", "float32", "prefill", ROPE, "rope_neox_f32"),
     "rope-f16": ("rope", "float16", "prefill", ROPE, "rope_neox_f16"),
     "rope-bf16": ("rope", "bfloat16", "prefill", ROPE, "rope_neox_bf16"),
@@ -80,6 +86,7 @@ def with_probe(case: Case, lib, fname: str) -> Case:
         fn = getattr(lib, fname)
         result = lambda: out  # noqa: E731
         extra = {}  # more implementations: name -> (call, result)
+        held = [out]  # arrays the probe writes through raw pointers: alive as long as it runs
         if case.op == "rearrange":  # out holds src.T contiguously, as ours does
             args = (_ptr(out), _ptr(a), ctypes.c_long(a.shape[0]), ctypes.c_long(a.shape[1]))
         elif case.op in ("rms_norm", "softmax"):
@@ -101,6 +108,15 @@ def with_probe(case: Case, lib, fname: str) -> Case:
                 same = empty_aligned(a.shape, a.dtype)
                 extra["probe.order"] = (lambda: lib.softmax_order_f32(_ptr(same), *args[1:]),
                                         lambda: same)
+        elif case.op in ("layer_norm", "add_rms_norm"):  # more outputs; y compared
+            rows, n = a.shape
+            more = [empty_aligned(a.shape, a.dtype)]
+            if case.op == "layer_norm":
+                more.append(empty_aligned((rows,), a.dtype))
+            held += more
+            args = (_ptr(out), *map(_ptr, more), *map(_ptr, ins), ctypes.c_long(rows),
+                    ctypes.c_long(n), ctypes.c_float(1e-5))
+            result = _agreeing(prep.results["infiniop"], lambda: out, ROW_TOLERANCE[case.dtype])
         elif case.op == "rope":
             seq, heads, dh = a.shape
             args = (_ptr(out), *(_ptr(t) for t in ins), ctypes.c_long(seq), ctypes.c_long(heads),
@@ -114,7 +130,7 @@ def with_probe(case: Case, lib, fname: str) -> Case:
         else:  # 2-D: the transposed input's own memory is (cols, rows) row-major
             rows, cols = case.shape
             args = (_ptr(out), _ptr(a), _ptr(ins[1]), ctypes.c_long(rows), ctypes.c_long(cols))
-        prep.impls["probe"] = lambda: fn(*args)
+        prep.impls["probe"] = lambda held=held: fn(*args)
         prep.results["probe"] = result
         for k, (f, r) in extra.items():
             prep.impls[k], prep.results[k] = f, r
@@ -139,7 +155,8 @@ def main(argv=None) -> int:
     cases = []
     for name in args.rows.split(","):
         op, dtype, layout, size, fname = ROWS[name]
-        make = {"rearrange": _rearrange, "rms_norm": _rows, "softmax": _rows, "rope": _rows}.get(op)
+        rows_ops = ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "rope")
+        make = _rearrange if op == "rearrange" else _rows if op in rows_ops else None
         case = (make(dtype, layout, size, threads) if op == "rearrange"
                 else make(op, dtype, layout, size, threads) if make else
                 _elementwise(op, dtype, layout, size, threads))

@@ -417,3 +417,100 @@ void rope_neox_f16(uint16_t *y, const uint16_t *x, const int32_t *pos, const uin
                    const uint16_t *cos, long seq, long nh, long dh) { rope_neox_t(y, x, pos, sin, cos, seq, nh, dh, 1); }
 void rope_neox_bf16(uint16_t *y, const uint16_t *x, const int32_t *pos, const uint16_t *sin,
                     const uint16_t *cos, long seq, long nh, long dh) { rope_neox_t(y, x, pos, sin, cos, seq, nh, dh, 2); }
+
+/* layer_norm rows (InfiniCore's three outputs): mean and biased variance in registers (two
+ * passes over the row, the first from memory), then z = (x - mean) * (1 / std) and
+ * y = z * w + b streamed, std per row stored; the next row prefetched during the output pass
+ * (into L2 for 4-byte rows, as ours). n a multiple of 64. */
+static inline void layer_norm_t(void *y, void *z, void *sd, const void *x, const void *w,
+                                const void *b, long rows, long n, float eps, int dt) {
+    long isz = dt ? 2 : 4;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const char *xr = (const char *)x + r * n * isz, *nx = xr + n * isz;
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (long i = 0; i < n; i += 64)
+            for (int k = 0; k < 4; k++) a[k] = _mm512_add_ps(a[k], row_load(xr, i + 16 * k, dt));
+        float mean = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]))) / n;
+        __m512 mv = _mm512_set1_ps(mean);
+        for (int k = 0; k < 4; k++) a[k] = _mm512_setzero_ps();
+        for (long i = 0; i < n; i += 64)
+            for (int k = 0; k < 4; k++) {
+                __m512 d = _mm512_sub_ps(row_load(xr, i + 16 * k, dt), mv);
+                a[k] = _mm512_add_ps(a[k], _mm512_mul_ps(d, d));
+            }
+        float var = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]))) / n;
+        float std = sqrtf(var + eps);
+        __m512 rs = _mm512_set1_ps(1.0f / std);
+        for (long i = 0; i < n; i += 32) {
+            if (r + 1 < rows) {
+                if (isz == 4) { _mm_prefetch(nx + i * 4, _MM_HINT_T1); _mm_prefetch(nx + i * 4 + 64, _MM_HINT_T1); }
+                else _mm_prefetch(nx + i * 2, _MM_HINT_T0);
+            }
+            __m512 z0 = _mm512_mul_ps(_mm512_sub_ps(row_load(xr, i, dt), mv), rs);
+            __m512 z1 = _mm512_mul_ps(_mm512_sub_ps(row_load(xr, i + 16, dt), mv), rs);
+            row_store32((char *)z + r * n * isz, i, z0, z1, dt, 0);
+            row_store32((char *)y + r * n * isz, i,
+                        _mm512_add_ps(_mm512_mul_ps(z0, row_load(w, i, dt)), row_load(b, i, dt)),
+                        _mm512_add_ps(_mm512_mul_ps(z1, row_load(w, i + 16, dt)), row_load(b, i + 16, dt)),
+                        dt, 0);
+        }
+        if (dt == 0) ((float *)sd)[r] = std;
+        else {
+            __m256i h = dt == 1 ? _mm512_cvtps_ph(_mm512_set1_ps(std), _MM_FROUND_TO_NEAREST_INT)
+                                : bf16_round(_mm512_set1_ps(std));
+            ((uint16_t *)sd)[r] = (uint16_t)_mm256_extract_epi16(h, 0);
+        }
+    }
+    _mm_sfence();
+}
+void layer_norm_f32(void *y, void *z, void *sd, const void *x, const void *w, const void *b,
+                    long rows, long n, float eps) { layer_norm_t(y, z, sd, x, w, b, rows, n, eps, 0); }
+void layer_norm_f16(void *y, void *z, void *sd, const void *x, const void *w, const void *b,
+                    long rows, long n, float eps) { layer_norm_t(y, z, sd, x, w, b, rows, n, eps, 1); }
+void layer_norm_bf16(void *y, void *z, void *sd, const void *x, const void *w, const void *b,
+                     long rows, long n, float eps) { layer_norm_t(y, z, sd, x, w, b, rows, n, eps, 2); }
+
+/* add_rms_norm rows: s = a + b in float32 (kept in an L1 row), residual_out = s rounded and
+ * streamed, the sum of squares in registers; then y = s * (1 / sqrt(mean + eps)) * w streamed.
+ * The next rows prefetched during the second pass. n a multiple of 64. */
+static inline void add_rms_norm_t(void *y, void *res, const void *a, const void *b, const void *w,
+                                  long rows, long n, float eps, int dt) {
+    long isz = dt ? 2 : 4;
+#pragma omp parallel
+    {
+        float sum[n] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+        for (long r = 0; r < rows; r++) {
+            const char *ar = (const char *)a + r * n * isz, *br = (const char *)b + r * n * isz;
+            __m512 q0 = _mm512_setzero_ps(), q1 = q0;
+            for (long i = 0; i < n; i += 32) {
+                __m512 s0 = _mm512_add_ps(row_load(ar, i, dt), row_load(br, i, dt));
+                __m512 s1 = _mm512_add_ps(row_load(ar, i + 16, dt), row_load(br, i + 16, dt));
+                _mm512_store_ps(sum + i, s0); _mm512_store_ps(sum + i + 16, s1);
+                q0 = _mm512_fmadd_ps(s0, s0, q0); q1 = _mm512_fmadd_ps(s1, s1, q1);
+                row_store32((char *)res + r * n * isz, i, s0, s1, dt, 0);
+            }
+            __m512 rs = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(_mm512_add_ps(q0, q1)) / n + eps));
+            for (long i = 0; i < n; i += 32) {
+                if (r + 1 < rows) {
+                    const char *na = ar + n * isz, *nb = br + n * isz;
+                    if (isz == 4) { _mm_prefetch(na + i * 4, _MM_HINT_T1); _mm_prefetch(na + i * 4 + 64, _MM_HINT_T1);
+                                    _mm_prefetch(nb + i * 4, _MM_HINT_T1); _mm_prefetch(nb + i * 4 + 64, _MM_HINT_T1); }
+                    else { _mm_prefetch(na + i * 2, _MM_HINT_T0); _mm_prefetch(nb + i * 2, _MM_HINT_T0); }
+                }
+                row_store32((char *)y + r * n * isz, i,
+                            _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(sum + i), rs), row_load(w, i, dt)),
+                            _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(sum + i + 16), rs), row_load(w, i + 16, dt)),
+                            dt, 0);
+            }
+        }
+        _mm_sfence();
+    }
+}
+void add_rms_norm_f32(void *y, void *res, const void *a, const void *b, const void *w, long rows,
+                      long n, float eps) { add_rms_norm_t(y, res, a, b, w, rows, n, eps, 0); }
+void add_rms_norm_f16(void *y, void *res, const void *a, const void *b, const void *w, long rows,
+                      long n, float eps) { add_rms_norm_t(y, res, a, b, w, rows, n, eps, 1); }
+void add_rms_norm_bf16(void *y, void *res, const void *a, const void *b, const void *w, long rows,
+                       long n, float eps) { add_rms_norm_t(y, res, a, b, w, rows, n, eps, 2); }
