@@ -573,11 +573,12 @@ def test_user_row_operator_without_reductions_streams(handle, monkeypatch):
         assert_exact(op(x, w), f32.astype(dt))
 
 
-def test_streamed_fp16_rows_are_staged_exactly(handle, monkeypatch):
-    """fp16 row outputs streamed through a stack chunk (row_kernels' ``staged_block``): rows
-    of odd length (a partial block and a tail), outputs starting 2 bytes past a 64-byte line
-    (a peeled head), two outputs at once (layer_norm) and causal rows; the same bits as the
-    serial loop with ordinary stores."""
+def test_streamed_fp16_rows_are_exact(handle, monkeypatch):
+    """fp16 row outputs streamed element by element as computed (row_kernels'
+    ``direct_block``; through a stack chunk where stores would alias loads, see the next test):
+    rows of odd length (a partial block and a tail), outputs starting 2 bytes past a 64-byte
+    line (a peeled head), two outputs at once (layer_norm) and causal rows; the same bits as
+    the serial loop with ordinary stores. The generated block stores fp16 elements directly."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     rng = np.random.default_rng(12)
@@ -601,11 +602,18 @@ def test_streamed_fp16_rows_are_staged_exactly(handle, monkeypatch):
     for out in (lambda: infiniop.empty_aligned(x.shape, np.float16), offset_out):
         for got, want in zip(calls(out), base):
             assert_exact(got, want)
+    from infiniop.backends.cpu import row_kernels
+
+    d = infiniop.create_rms_norm_descriptor(handle, *(TensorDescriptor.from_array(a)
+                                                      for a in (x, x, w)), 1e-6)
+    src = row_kernels.source(d.info.program, d.info.kind, d.info.pattern, "", True)
+    d.destroy()
+    assert "nt_store(h0, 2 * i0 + u, f32_to_f16(" in src
 
 
-@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32], ids=["f16", "bf16", "f32"])
 def test_streamed_rows_stage_where_stores_would_alias(handle, monkeypatch, dtype):
-    """bf16 and 4-byte row outputs stream straight from the compute loop, except a block whose
+    """Row outputs stream straight from the compute loop, except a block whose
     output row starts 1-80 bytes ahead of an input of its size mod 4096 (row_kernels'
     ``aliasing_risk``: 4K aliasing), which goes through a stack chunk. Inputs at 16 bytes into
     a page, the output swept over every 64-byte offset of a page: rms_norm and layer_norm's two
