@@ -1239,7 +1239,8 @@ def test_heavy_body_is_rendered_twice_per_function(name, dtype):
     """A math-heavy body has two copies per kernel function, whatever the layout kind: a full
     stack chunk's loop (a trip count LLVM knows) and any other chunk's; the head, the streamed
     lines, the last line, in-place calls and plain calls all go through them (``heavy_loop``).
-    One copy per path compiled swiglu bfloat16's strided ``parallel`` in 45 s, 9 s now."""
+    One copy per path compiled swiglu bfloat16's strided ``parallel`` in 45 s, 9 s now. A flat
+    float32 call's single-loop body has a third: a full chunk streamed as computed (``direct``)."""
     import re
 
     from infiniop.backends.cpu import elementwise_kernels as ek
@@ -1257,6 +1258,8 @@ def test_heavy_body_is_rendered_twice_per_function(name, dtype):
         for f in functions:
             assert len(re.findall(r"^ +sp0\[i\] = ", f, re.M)) == 2, (kind, pattern)
             assert not re.search(r"^ +q0\[[^]]*\] = .*\bt\d+", f, re.M), (kind, pattern)
+            direct = len(re.findall(r"^ +nt_store\(q0, z0 \+ i, ", f, re.M))
+            assert direct == (kind == "flat" and dtype is F32), (kind, pattern)
 
 
 def test_forced_nt_staged_math(handle, monkeypatch):
