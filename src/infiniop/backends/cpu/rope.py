@@ -149,7 +149,7 @@ def source(prog, steps: str, stream: bool = False) -> str:
             # GPT-J rows on a line read and written as words: stored likewise as computed
             # ((2048, 32, 128), same measurement: 1-8% faster in each dtype)
             word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, "w0", nt=True)
-            I, J = J, J + "    "
+            I, J = J, J + "    "  # the rows below go in word_pairs' trailing ``else:``
             e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
         else:
             e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
