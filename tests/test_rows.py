@@ -657,6 +657,56 @@ def test_streamed_rows_stage_where_stores_would_alias(handle, monkeypatch, dtype
             assert (raw[:start] == CANARY).all() and (raw[start + x.nbytes:] == CANARY).all()
 
 
+def test_softmax_rows_stream_during_the_next_rows_exp_pass(handle, monkeypatch):
+    """A streamed float32 softmax row of at least 4 chunks leaves its output to the next row of
+    its task, whose exp pass stores it a block at a time (row_kernels' ``deferral``; two scratch
+    rows alternate). Rows of whole lines, rows with a tail past the chunk pairs and a partial
+    last line, output rows alternating between aligned (deferred) and not (stored at once),
+    outputs swept over a page against the input, in place, serial and on the pool: the bits of
+    the unstreamed kernel, and nothing outside the output written."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+
+    rng = np.random.default_rng(21)
+    cases = []
+    for rows, n in ((9, 4096), (9, 5000), (9, 4100)):
+        x = infiniop.empty_aligned((rows, n), np.float32)
+        x[...] = draw(rng, np.float32, (rows, n), 4)
+        cases.append((x, run(handle, "softmax", [np.empty_like(x)], [x])[0]))
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    for threshold in (1 << 40, 1):  # one task of every row; tasks of a few rows on the pool
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", threshold)
+        for x, want in cases:
+            for page_offset in (0, 64, 256, 2048, 4032):
+                raw = np.full(x.nbytes + 8192, CANARY, np.uint8)
+                start = (x.ctypes.data - raw.ctypes.data + page_offset) % 4096
+                y = raw[start:start + x.nbytes].view(np.float32).reshape(x.shape)
+                assert_exact(run(handle, "softmax", [y], [x])[0], want)
+                assert (raw[:start] == CANARY).all() and (raw[start + x.nbytes:] == CANARY).all()
+            inplace = infiniop.empty_aligned(x.shape, np.float32)
+            inplace[...] = x
+            d = infiniop.create_softmax_descriptor(
+                handle, *(TensorDescriptor.from_array(inplace),) * 2, axis=-1)
+            d.calculate(None, inplace, inplace)
+            d.destroy()
+            assert_exact(inplace, want)
+
+    def source(op, dtype, **kw):
+        a = np.empty((4, 4096), dtype)
+        d = getattr(infiniop, f"create_{op}_descriptor")(
+            handle, *(TensorDescriptor.from_array(v) for v in (a, a)), **kw)
+        src = row_kernels.source(d.info.program, d.info.kind, d.info.pattern, "", True)
+        d.destroy()
+        return src
+
+    assert "dq = 1" in source("softmax", np.float32, axis=-1)
+    # outputs that read the input (logsoftmax), masked rows, 2-byte outputs: stored at once
+    assert "dq = 1" not in source("logsoftmax", np.float32, dim=-1)
+    assert "dq = 1" not in source("causal_softmax", np.float32)
+    assert "dq = 1" not in source("softmax", np.float16, axis=-1)
+
+
 @pytest.mark.parametrize("dtype, fn", [(np.float32, "prefetch_l2"), (np.float64, "prefetch_l2"),
                                        (np.float16, "prefetch"), (BF16, "prefetch")],
                          ids=["f32", "f64", "f16", "bf16"])
