@@ -657,13 +657,16 @@ def test_streamed_rows_stage_where_stores_would_alias(handle, monkeypatch, dtype
             assert (raw[:start] == CANARY).all() and (raw[start + x.nbytes:] == CANARY).all()
 
 
-def test_softmax_rows_stream_during_the_next_rows_exp_pass(handle, monkeypatch):
-    """A streamed float32 softmax row of at least 4 chunks leaves its output to the next row of
-    its task, whose exp pass stores it a block at a time (row_kernels' ``deferral``; two scratch
-    rows alternate). Rows of whole lines, rows with a tail past the chunk pairs and a partial
-    last line, output rows alternating between aligned (deferred) and not (stored at once),
-    outputs swept over a page against the input, in place, serial and on the pool: the bits of
-    the unstreamed kernel, and nothing outside the output written."""
+@pytest.mark.parametrize("op, axis", [("softmax", "axis"), ("logsoftmax", "dim")])
+def test_rows_stream_during_the_next_rows_exp_pass(handle, monkeypatch, op, axis):
+    """A streamed float32 softmax or logsoftmax row of at least 4 chunks leaves its output to
+    the next row of its task, whose exp pass stores it a block at a time (row_kernels'
+    ``deferral``; softmax's two scratch rows alternate, logsoftmax reads its input row again).
+    Rows of whole lines, rows with a tail past the chunk pairs and a partial last line, output
+    rows alternating between aligned (deferred) and not (stored at once), outputs swept over a
+    page against the input (logsoftmax's within 80 bytes ahead are stored at once), in place,
+    serial and on the pool: the bits of the unstreamed kernel, nothing outside the output
+    written."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     from infiniop.backends.cpu import row_kernels
@@ -673,21 +676,21 @@ def test_softmax_rows_stream_during_the_next_rows_exp_pass(handle, monkeypatch):
     for rows, n in ((9, 4096), (9, 5000), (9, 4100)):
         x = infiniop.empty_aligned((rows, n), np.float32)
         x[...] = draw(rng, np.float32, (rows, n), 4)
-        cases.append((x, run(handle, "softmax", [np.empty_like(x)], [x])[0]))
+        cases.append((x, run(handle, op, [np.empty_like(x)], [x], **{axis: -1})[0]))
     monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
     for threshold in (1 << 40, 1):  # one task of every row; tasks of a few rows on the pool
         monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", threshold)
         for x, want in cases:
-            for page_offset in (0, 64, 256, 2048, 4032):
+            for page_offset in (0, 16, 64, 256, 2048, 4032):
                 raw = np.full(x.nbytes + 8192, CANARY, np.uint8)
                 start = (x.ctypes.data - raw.ctypes.data + page_offset) % 4096
                 y = raw[start:start + x.nbytes].view(np.float32).reshape(x.shape)
-                assert_exact(run(handle, "softmax", [y], [x])[0], want)
+                assert_exact(run(handle, op, [y], [x], **{axis: -1})[0], want)
                 assert (raw[:start] == CANARY).all() and (raw[start + x.nbytes:] == CANARY).all()
             inplace = infiniop.empty_aligned(x.shape, np.float32)
             inplace[...] = x
-            d = infiniop.create_softmax_descriptor(
-                handle, *(TensorDescriptor.from_array(inplace),) * 2, axis=-1)
+            d = getattr(infiniop, f"create_{op}_descriptor")(
+                handle, *(TensorDescriptor.from_array(inplace),) * 2, **{axis: -1})
             d.calculate(None, inplace, inplace)
             d.destroy()
             assert_exact(inplace, want)
@@ -700,11 +703,10 @@ def test_softmax_rows_stream_during_the_next_rows_exp_pass(handle, monkeypatch):
         d.destroy()
         return src
 
-    assert "dq = 1" in source("softmax", np.float32, axis=-1)
-    # outputs that read the input (logsoftmax), masked rows, 2-byte outputs: stored at once
-    assert "dq = 1" not in source("logsoftmax", np.float32, dim=-1)
+    assert "dq = 1" in source(op, np.float32, **{axis: -1})
+    # masked rows and 2-byte outputs are stored at once
     assert "dq = 1" not in source("causal_softmax", np.float32)
-    assert "dq = 1" not in source("softmax", np.float16, axis=-1)
+    assert "dq = 1" not in source(op, np.float16, **{axis: -1})
 
 
 @pytest.mark.parametrize("dtype, fn", [(np.float32, "prefetch_l2"), (np.float64, "prefetch_l2"),

@@ -19,9 +19,8 @@ Layout kinds (decided once, at create):
   first (the output pass, or softmax's exp pass: ``prefetch_stage``) prefetches the next row's
   input (into L2 for 4-byte elements), so that reading it overlaps this row's work. A cached
   last-stage value (softmax's ``exp(x - max)``) is kept in a scratch row instead of being
-  computed twice. Softmax's rows (outputs from that scratch row alone) store their outputs
-  during the next row's exp pass instead (``_Gen.deferral``), so that the stores drain while
-  the exps compute.
+  computed twice. Softmax's and logsoftmax's float32 rows store their outputs during the next
+  row's exp pass instead (``_Gen.deferral``), so that the stores drain while the exps compute.
 - 'col': the axis is strided and the innermost other dim is dense: a task takes a block of
   adjacent rows and runs every pass across them side by side (vectorised across rows), with
   ``L x block`` lanes.
@@ -101,7 +100,8 @@ def _used(roots, nelem: int) -> set[int]:
 class _Deferral(NamedTuple):
     """A row whose outputs are stored during the next row's last pass (see _Gen.deferral):
     the output slots, their per-element expressions and the names to render them with (the
-    row's statistics, per-row values and scratch row under their deferred names ``d...``),
+    row's statistics and per-row values under their deferred names ``df_...``, its scratch row
+    as ``dcache``),
     the per-row state to keep (name, NumPy type) and the slot the last pass reads."""
 
     outs_j: list[int]
@@ -109,6 +109,7 @@ class _Deferral(NamedTuple):
     names: list[str]
     state: list[tuple[str, str]]
     read: int | None
+    inputs: dict[int, int]  # the row inputs the outputs read: leaf -> slot
 
 
 class _Gen:
@@ -225,14 +226,17 @@ class _Gen:
             self.e(f"{indent}pcache = address_as_pointer(cache.ctypes.data, {NP[c.dtype]})")
         if self.defer:  # no row deferred yet; the state's names typed (see deferral)
             d = self.defer
-            self.e(f"{indent}cbase = cache.ctypes.data")
+            if c is not None:
+                self.e(f"{indent}cbase = cache.ctypes.data")
+                self.e(f"{indent}dcache = pcache")
             self.e(f"{indent}dq = 0")
             self.e(f"{indent}drot = 0")
-            self.e(f"{indent}dcache = pcache")
             for j in d.outs_j:
                 self.e(f"{indent}dp{j} = address_as_pointer(s{j}, np.{self.st[j]})")
+            for j in sorted(set(d.inputs.values())):
+                self.e(f"{indent}dpi{j} = address_as_pointer(s{j}, np.{self.st[j]})")
             for name, typ in d.state:
-                self.e(f"{indent}d{name} = {typ}(0)")
+                self.e(f"{indent}df_{name} = {typ}(0)")
 
     def combine(self, k: int, a: str, b: str) -> str:
         return f"({a} + {b})" if self.reds[k].op == "sum" else f"_maximum({a}, {b})"
@@ -275,7 +279,7 @@ class _Gen:
             e(f"{I}v = n")
             e(f"{I}lv = lp")
         names = self.names("st{k}", "pcache[j]")
-        if self.defer:  # the row's half of the two scratch rows (see deferral)
+        if self.defer and p.cached is not None:  # this row's half of the two scratch rows
             e(f"{I}pcache = address_as_pointer(cbase + (r & 1) * max(n, 1) * "
               f"{DTYPE_BYTES[p.cached.dtype]}, {NP[p.cached.dtype]})")
         k0 = 0
@@ -425,14 +429,25 @@ class _Gen:
         chunk sweeps, with half the lanes' loads and stores. Zen 4 stores one 256-bit half a
         cycle: the lanes' store was a third of softmax's exp pass beyond the exp."""
         e = self.e
-        ks = range(k0, k0 + len(stage))
         e(f"{I}cp = v - v % (2 * lp)")
-        deferring = self.defer is not None and s == self.prefetch_stage()
-        if deferring and self.defer.read is not None:  # see deferred_block
-            o, i = self.defer.outs_j[0], self.defer.read
+        if self.defer is not None and s == self.prefetch_stage():
+            # two versions of the loop: a check per block cost in-place logsoftmax 5-10%
             e(f"{I}if dq != 0:")
-            e(f"{I}    drot = ((2048 - ((pointer_address(dp{o}) - pointer_address(q{i})) & 4095))"
-              f" & 4095) // 4 // {_PAIR_BLOCK} * {_PAIR_BLOCK}")
+            if self.defer.read is not None:  # see deferred_block
+                o, i = self.defer.outs_j[0], self.defer.read
+                e(f"{I}    drot = ((2048 - ((pointer_address(dp{o}) - pointer_address(q{i})) "
+                  f"& 4095)) & 4095) // 4 // {_PAIR_BLOCK} * {_PAIR_BLOCK}")
+            self.pair_loop(I + "    ", s, stage, k0, roots, inames, consts, True)
+            e(f"{I}else:")
+            self.pair_loop(I + "    ", s, stage, k0, roots, inames, consts, False)
+        else:
+            self.pair_loop(I, s, stage, k0, roots, inames, consts, False)
+
+    def pair_loop(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
+                  consts: dict[str, str], deferred: bool) -> None:
+        """The loop of :meth:`chunk_pairs` (with the deferred row's blocks when ``deferred``)."""
+        e = self.e
+        ks = range(k0, k0 + len(stage))
         e(f"{I}for c0 in range(0, cp, 2 * lp):")
         if s == self.prefetch_stage():
             e(f"{I}    for b0 in range(0, lp, {_PAIR_BLOCK}):")
@@ -454,7 +469,7 @@ class _Gen:
         for i, (a, b) in enumerate(zip(a_outs, b_outs)):
             lane = acc.format(k=k0 + i)
             e(f"{J}{lane}[l] = {self.combine(k0 + i, self.combine(k0 + i, f'{lane}[l]', a), b)}")
-        if deferring:
+        if deferred:
             self.deferred_block(I + "        ")
 
     def block_lanes(self, I: str, ks) -> None:
@@ -553,18 +568,24 @@ class _Gen:
 
     def deferral(self, names: list[str]) -> _Deferral | None:
         """Whether a streamed row's outputs wait for the next row (same task): softmax's output
-        pass only scales the scratch row (no input read), so its non-temporal stores can run
-        inside the next row's exp pass, a block of them after each block of exps, and the
-        stores drain while the exps compute instead of after them. Two scratch rows alternate.
-        Same operations, same bits. A C probe of the same loops (AMD EPYC Zen 4, 2026-11-29,
-        (4096, 4096) float32, contract order): 4.26 -> 3.80 ms, 3.98 -> 3.36.
+        pass only scales the scratch row, logsoftmax's subtracts from the input row (in L2 by
+        then), so their non-temporal stores can run inside the next row's exp pass, a block of
+        them after each block of exps, and drain while the exps compute instead of after them.
+        Softmax's two scratch rows alternate. Same operations, same bits. A C probe of the same
+        loops (AMD EPYC Zen 4, 2026-11-29, (4096, 4096) float32, contract order): 4.26 -> 3.80
+        ms, 3.98 -> 3.36; ours, old and new kernels alternating in one process: softmax -5 to
+        -8% (in place -20%), logsoftmax -9 to -13% (in place within noise), (1024, 16384)
+        -17% and -15%.
 
-        For a row kind with streamed 4-byte outputs that read only the cached row and per-row
-        values, whose last pass is the prefetching sum pass (``prefetch_stage``); the rows
-        that qualify are decided per row (:meth:`row_outputs`). fp16/bf16 softmax rows (their
-        exp compute-bound) were slower deferred: 2.90 -> 3.07 ms and 4.43 -> 5.87."""
+        For a row kind with streamed 4-byte outputs that read only the cached row, per-row
+        values and dense row inputs, whose last pass is the prefetching sum pass
+        (``prefetch_stage``); the rows that qualify are decided per row (:meth:`row_outputs`:
+        aligned, not the task's last, at least _DEFER_MIN chunks, and for outputs that read
+        an input, not where the deferred loop's stores would alias its loads). fp16/bf16
+        softmax rows (their exp compute-bound) were slower deferred: 2.90 -> 3.07 ms and 4.43
+        -> 5.87."""
         p = self.p
-        if not (self.kind == "row" and self.stream and not p.causal and p.cached is not None):
+        if not (self.kind == "row" and self.stream and not p.causal):
             return None
         last = self.prefetch_stage()
         if last is None or last != len(p.stages) - 1:
@@ -575,25 +596,28 @@ class _Gen:
             return None
         roots = [p.results[self.slots[j].store] for j in outs_j]
         inv, per_element = hoist(roots, lambda k: k < p.nelem or k == p.cache, len(names))
-        if _used(per_element, p.nelem):
+        inputs = {k: self.slot_of_load[k] for k in sorted(_used(per_element, p.nelem))}
+        if any(self.kinds[j] != "row" or self.pattern[j] != "1" for j in inputs.values()):
             return None
         _, hoisted = self.render(inv, names, "ho_")
         state = [(f"st{k}", NP[r.dtype]) for k, r in enumerate(self.reds)]
         state += [(h, NP[x.dtype]) for h, x in zip(hoisted, inv)]
-        renamed = {name: f"d{name}" for name, _ in state} | {"pcache[j]": "dcache[j]"}
+        renamed = {name: f"df_{name}" for name, _ in state} | {"pcache[j]": "dcache[j]"}
         dnames = [renamed.get(n, n) for n in names + hoisted]
         text = "\n".join(sum(self.render(per_element, dnames, "dv_"), []))
-        state = [(name, t) for name, t in state if re.search(rf"\bd{name}\b", text)]
+        state = [(name, t) for name, t in state if re.search(rf"\bdf_{name}\b", text)]
         reads = [self.slot_of_load[k] for k in
                  sorted(_used([r.expr for r in p.stages[last]], p.nelem))]
         read = next((j for j in reads if self.pattern[j] == "1"), None)
-        return _Deferral(outs_j, per_element, dnames, state, read)
+        return _Deferral(outs_j, per_element, dnames, state, read, inputs)
 
     def deferred_stores(self, I: str, rng: str, prefix: str, stream: bool = True) -> None:
         """Store the deferred row's outputs at ``j`` in range ``rng`` (non-temporally where
         ``stream``)."""
         d, e = self.defer, self.e
         e(f"{I}for j in range({rng}):")
+        for k, j in d.inputs.items():  # the deferred row's own elements (from L2)
+            e(f"{I}    x{k} = {_load(self.slots[j].dtype, f'dpi{j}[j]')}")
         lines, outs = self.render(d.roots, d.names, prefix)
         for line in lines:
             e(f"{I}    {line}")
@@ -607,10 +631,9 @@ class _Gen:
         (mod 4 KB) from the loads of the blocks that follow: in a C probe, output rows 64-320
         bytes (mod 4 KB) past the input's took 3.5-3.6 ms unturned, 3.2-3.4 turned."""
         e = self.e
-        e(f"{I}if dq != 0:")
-        e(f"{I}    db = c0 + ((b0 + drot) & (lp - 1))")
-        self.deferred_stores(I + "    ", f"db, db + {_PAIR_BLOCK}", "dv_")
-        self.deferred_stores(I + "    ", f"db + lp, db + lp + {_PAIR_BLOCK}", "dw_")
+        e(f"{I}db = c0 + ((b0 + drot) & (lp - 1))")
+        self.deferred_stores(I, f"db, db + {_PAIR_BLOCK}", "dv_")
+        self.deferred_stores(I, f"db + lp, db + lp + {_PAIR_BLOCK}", "dw_")
 
     def deferred_rest(self, I: str) -> None:
         """After the exp pass: the deferred row's elements past the chunk pairs (whole lines
@@ -782,13 +805,20 @@ class _Gen:
                 e(f"{I}        head = {end}")
             S = I + "    "
             if self.defer:  # stored during the next row's exp pass (see deferral)
-                e(f"{S}if head == 0 and r + 1 < r1 and v >= {_DEFER_MIN} * lp:")
+                d = self.defer
+                cond = f"head == 0 and r + 1 < r1 and v >= {_DEFER_MIN} * lp"
+                if d.inputs:  # not where the deferred loop's stores alias its loads
+                    cond += f" and not ({self.aliasing_risk(outs_j)})"
+                e(f"{S}if {cond}:")
                 e(f"{S}    dq = 1")
-                e(f"{S}    dcache = pcache")
+                if p.cached is not None:
+                    e(f"{S}    dcache = pcache")
                 for j in outs_j:
                     e(f"{S}    dp{j} = q{j}")
+                for j in sorted(set(d.inputs.values())):
+                    e(f"{S}    dpi{j} = q{j}")
                 for name, _ in self.defer.state:
-                    e(f"{S}    d{name} = {name}")
+                    e(f"{S}    df_{name} = {name}")
                 e(f"{S}else:")
                 S += "    "
             loop(S, "head")
