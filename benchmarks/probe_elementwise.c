@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <math.h>
 #include <stdint.h>
+#include <omp.h>
 
 #define BLOCK 16384 /* elements per OpenMP chunk */
 
@@ -341,24 +342,30 @@ static inline float lanes_halved(float *a, long L) {
 /* float32 softmax rows (n a multiple of 1024) with infiniop's bits: the sum in the order its
  * contract fixes (lane l = j mod 1024 takes the row's chunks in turn, from -0, in L1; then the
  * halving), the same exp, y = e * (1 / sum); otherwise as softmax_t (a register max, the next
- * row prefetched during the exp pass, streaming stores). What a hand-written kernel costs when
- * it keeps the reduction order that makes every backend and thread count agree. */
+ * row prefetched during the exp pass, streaming stores), and as infiniop since 2026-11-29 a
+ * row's outputs are stored during the next row's exp pass (a block of them after each 64
+ * exps; two L1 rows alternate). What a hand-written kernel costs when it keeps the reduction
+ * order that makes every backend and thread count agree. */
 void softmax_order_f32(float *y, const float *x, long rows, long n) {
     const long L = 1024;
 #pragma omp parallel
     {
-        float cache[n] __attribute__((aligned(64)));
+        float cache2[2][n] __attribute__((aligned(64)));
         float lanes[L] __attribute__((aligned(64)));
-#pragma omp for schedule(static)
-        for (long r = 0; r < rows; r++) {
+        int nth = omp_get_num_threads(), me = omp_get_thread_num();
+        long r0 = rows * me / nth, r1 = rows * (me + 1) / nth;
+        const float *pc = 0; float *py = 0; __m512 pinv = _mm512_setzero_ps();
+        for (long r = r0; r < r1; r++) {
             const float *xr = x + r * n, *nx = xr + n;
-            float *yr = y + r * n;
+            float *yr = y + r * n, *cache = cache2[r & 1];
             __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
             for (long i = 0; i < n; i += 64) {
                 m0 = _mm512_max_ps(m0, _mm512_loadu_ps(xr + i)); m1 = _mm512_max_ps(m1, _mm512_loadu_ps(xr + i + 16));
                 m2 = _mm512_max_ps(m2, _mm512_loadu_ps(xr + i + 32)); m3 = _mm512_max_ps(m3, _mm512_loadu_ps(xr + i + 48));
             }
             __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3))));
+            /* the previous row's blocks turned to sit ~2 KB (mod 4 KB) from this row's loads */
+            long rot = pc ? ((2048 - (((char *)py - (char *)xr) & 4095)) & 4095) / 4 / 64 * 64 : 0;
             for (long l = 0; l < L; l += 16) _mm512_store_ps(lanes + l, _mm512_set1_ps(-0.0f));
             for (long c = 0; c < n; c += L)
                 for (long l = 0; l < L; l += 32) {
@@ -372,12 +379,19 @@ void softmax_order_f32(float *y, const float *x, long rows, long n) {
                     _mm512_store_ps(cache + j, e0); _mm512_store_ps(cache + j + 16, e1);
                     _mm512_store_ps(lanes + l, _mm512_add_ps(_mm512_load_ps(lanes + l), e0));
                     _mm512_store_ps(lanes + l + 16, _mm512_add_ps(_mm512_load_ps(lanes + l + 16), e1));
+                    if (pc && (l & 63) == 32) { /* a block of the previous row after each 64 exps */
+                        long b = c + ((l - 32 + rot) & (L - 1));
+                        for (long u = b; u < b + 64; u += 16)
+                            _mm512_stream_ps(py + u, _mm512_mul_ps(_mm512_load_ps(pc + u), pinv));
+                    }
                 }
             __m512 inv = _mm512_set1_ps(1.0f / lanes_halved(lanes, L));
-            for (long i = 0; i < n; i += 32) {
-                _mm512_stream_ps(yr + i, _mm512_mul_ps(_mm512_load_ps(cache + i), inv));
-                _mm512_stream_ps(yr + i + 16, _mm512_mul_ps(_mm512_load_ps(cache + i + 16), inv));
-            }
+            if (r + 1 == r1) {
+                for (long i = 0; i < n; i += 32) {
+                    _mm512_stream_ps(yr + i, _mm512_mul_ps(_mm512_load_ps(cache + i), inv));
+                    _mm512_stream_ps(yr + i + 16, _mm512_mul_ps(_mm512_load_ps(cache + i + 16), inv));
+                }
+            } else { pc = cache; py = yr; pinv = inv; }
         }
         _mm_sfence();
     }
