@@ -695,6 +695,15 @@ def test_rows_stream_during_the_next_rows_exp_pass(handle, monkeypatch, op, axis
             d.destroy()
             assert_exact(inplace, want)
 
+    if op == "logsoftmax":  # fp16 rows in, float32 out: the deferred row reads its fp16 input
+        x = infiniop.empty_aligned((9, 5000), np.float16)
+        x[...] = draw(rng, np.float16, x.shape, 4)
+        monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 1 << 40)
+        want = run(handle, op, [np.empty(x.shape, np.float32)], [x], dim=-1)[0]
+        monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+        y = infiniop.empty_aligned(x.shape, np.float32)
+        assert_exact(run(handle, op, [y], [x], dim=-1)[0], want)
+
     def source(op, dtype, **kw):
         a = np.empty((4, 4096), dtype)
         d = getattr(infiniop, f"create_{op}_descriptor")(
