@@ -263,14 +263,18 @@ def test_max_follows_the_reduction_order_bit_for_bit(handle, n, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["f32", "f16", "bf16"])
-@pytest.mark.parametrize("n", [5, 64, 100, 4099])
+@pytest.mark.parametrize("n", [5, 64, 100, 120, 4099])
 def test_vector_maximum_keeps_the_lane_orders_bits(handle, dtype, n):
     """A row's plain maximum runs in explicit vectors (intrinsics.row_max_*: 64 elements a step,
-    then a scalar tail) and falls back to the fixed lane order where that decides the bits: a
-    zero maximum (its sign follows the order) and a NaN anywhere (in a vector step or the tail).
-    Every row gives the order's bits, in each dtype the vectors load."""
+    then 16 at a time, then a scalar tail) and falls back to the fixed lane order where that
+    decides the bits: a zero maximum (its sign follows the order) and a NaN anywhere (in a
+    vector step, a single vector or the tail). Every row gives the order's bits, in each dtype
+    the vectors load."""
     rng = np.random.default_rng(n)
-    x = draw(rng, dtype, (8, n), 3)
+    x = draw(rng, dtype, (10, n), 3)
+    x[8, max(0, n - 30)] = np.nan                        # a single vector's (n = 100, 120)
+    x[9] = -np.abs(x[9])
+    x[9, max(0, n - 30)] = 7.0                           # the maximum alone there
     x[1, min(3, n - 1)] = np.nan                         # in the first vector step (or the tail)
     x[2, n - 1] = np.nan                                 # the last element: the tail for n % 64
     x[3] = rng.choice(np.array([0.0, -0.0, -1.5], dtype), n)  # a zero maximum, signs mixed
@@ -285,8 +289,8 @@ def test_vector_maximum_keeps_the_lane_orders_bits(handle, dtype, n):
     assert_exact(mx, ordered(x.astype(np.float32), "max").astype(dtype))
     sm = run(handle, "softmax", [np.empty_like(x)], [x])[0]
     want = run(handle, "softmax", [np.empty_like(x)], [x[:, ::-1].copy()])[0][:, ::-1]
-    assert np.isnan(f64(sm[[1, 2, 6]])).all()           # NaN rows and the -inf row
-    assert_close(sm[[0, 3, 4, 5, 7]], want[[0, 3, 4, 5, 7]], dtype)
+    assert np.isnan(f64(sm[[1, 2, 6, 8]])).all()        # NaN rows and the -inf row
+    assert_close(sm[[0, 3, 4, 5, 7, 9]], want[[0, 3, 4, 5, 7, 9]], dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
