@@ -829,6 +829,30 @@ def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dt
     assert_close(got, {"softmax": ref_softmax, "logsoftmax": ref_logsoftmax}[op](x), dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+def test_streamed_rows_of_one_chunk(handle, monkeypatch, dtype):
+    """Streamed rows of at most L elements take their exp pass without the chunk loop (each
+    lane its element, row_kernels' ``single_prefetched``), asking for the next row's lines:
+    softmax and logsoftmax rows of 1000, 1024 and 37, causal rows of every length 1-300; the
+    bits of the unstreamed kernels."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    rng = np.random.default_rng(31)
+    xs = [draw(rng, dtype, shape, 3) for shape in ((24, 1000), (24, 1024), (24, 37))]
+    causal = draw(rng, dtype, (2, 300, 300), 3)
+
+    def calls():
+        out = [run(handle, op, [np.empty_like(x)], [x])[0] for x in xs
+               for op in ("softmax", "logsoftmax")]
+        return out + [run(handle, "causal_softmax", [np.empty_like(causal)], [causal])[0]]
+
+    base = calls()
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+    monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
+    for got, want in zip(calls(), base):
+        assert_exact(got, want)
+
+
 def _rms_norm_source(handle, dtype, streamed: bool) -> str:
     """The CPU kernel module rms_norm (4, 1000) of ``dtype`` compiles to."""
     from infiniop.backends.cpu import row_kernels

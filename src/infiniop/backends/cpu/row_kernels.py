@@ -319,7 +319,9 @@ class _Gen:
                 e(f"{J}else:")
                 self.chunk_loop(J + "    ", s, stage, k0, roots, inames, consts)
             else:
-                self.chunk_loop(J, s, stage, k0, roots, inames, consts)
+                self.single_prefetched(J, s, stage, k0, roots, inames, consts)
+                e(f"{J}else:")
+                self.chunk_loop(J + "    ", s, stage, k0, roots, inames, consts)
             for k in ks:
                 a = f"res{k}" if k in maxes else f"acc{k}"
                 self.halve(J, k, a)
@@ -542,6 +544,23 @@ class _Gen:
         for k in range(k0, k0 + len(stage)):
             if self.reds[k].op == "max":  # the lanes the halving reads (see max_chunks)
                 e(f"{I}    res{k} = address_as_pointer(acc{k}_at, {NP[self.reds[k].dtype]})")
+
+    def single_prefetched(self, I: str, s: int, stage, k0: int, roots, names: list[str],
+                          consts: dict[str, str]) -> None:
+        """The prefetching pass of a row of at most L elements: each lane takes its element
+        itself (as :meth:`single_chunk`), in blocks that first ask for the next row's lines."""
+        e = self.e
+        e(f"{I}if v <= lp:")
+        e(f"{I}    for b0 in range(0, v, {_BLOCK}):")
+        self.prefetch_next(I + "        ", "b0", f"min(b0 + {_BLOCK}, v)")
+        e(f"{I}        for j in range(b0, min(b0 + {_BLOCK}, v)):")
+        J = I + "            "
+        outs = self.elements(J, s, stage, roots, names, consts, f"f{s}_")
+        for i in range(len(stage)):
+            e(f"{J}acc{k0 + i}[j] = {outs[i]}")
+        e(f"{I}    for l in range(v, lv):")
+        for k in range(k0, k0 + len(stage)):
+            e(f"{I}        acc{k}[l] = {self.identity(k)}")
 
     def identity(self, k: int) -> str:
         return _const(IDENTITY[self.reds[k].op], self.reds[k].dtype)
