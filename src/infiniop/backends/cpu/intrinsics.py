@@ -378,13 +378,23 @@ def _row_max(kind: str):
             fv, bv = ir.VectorType(_F32, W), ir.VectorType(i1, W)
             base = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
                                     et.as_pointer())
+
+            def vector(at):  # W elements from index ``at``, as float32
+                p = builder.bitcast(builder.gep(base, [at]), ir.VectorType(et, W).as_pointer())
+                return conv(builder, builder.load(p, align=1))
+
+            def larger(x, m):  # NaN-propagating in x only: the flag below catches NaNs
+                return builder.select(builder.fcmp_ordered(">", x, m), x, m)
+
+            def nan_in(x):
+                return builder.fcmp_unordered("uno", x, x)
             n = context.cast(builder, args[1], signature.args[1], types.int64)
             step = ir.Constant(i64, W * K)
             nv = builder.mul(builder.udiv(n, step), step)
             fn = builder.function
             entry = builder.block
-            head, body, tail, tbody, done = (fn.append_basic_block(f"row_max_{b}") for b in
-                                             ("head", "body", "tail", "tbody", "done"))
+            head, body, tail = (fn.append_basic_block(f"row_max_{b}") for b in
+                                ("head", "body", "tail"))
             builder.branch(head)
             builder.position_at_end(head)  # the vector loop: i, K accumulators, NaN lanes
             i = builder.phi(i64)
@@ -398,61 +408,49 @@ def _row_max(kind: str):
             builder.position_at_end(body)
             seen = nan
             for k, a in enumerate(accs):
-                p = builder.gep(base, [builder.add(i, ir.Constant(i64, W * k))])
-                x = conv(builder, builder.load(builder.bitcast(p, ir.VectorType(et, W).as_pointer()),
-                                               align=1))
-                a.add_incoming(builder.select(builder.fcmp_ordered(">", x, a), x, a), body)
-                seen = builder.or_(seen, builder.fcmp_unordered("uno", x, x))
+                x = vector(builder.add(i, ir.Constant(i64, W * k)))
+                a.add_incoming(larger(x, a), body)
+                seen = builder.or_(seen, nan_in(x))
             i.add_incoming(builder.add(i, step), body)
             nan.add_incoming(seen, body)
             builder.branch(head)
             builder.position_at_end(tail)  # the accumulators combined, then the last elements
             m = accs[0]
             for a in accs[1:]:
-                m = builder.select(builder.fcmp_ordered(">", a, m), a, m)
-            # whole vectors past the last step of K, one at a time
-            n1 = builder.sub(n, ir.Constant(i64, W))
-            one, one_body, one_done = (fn.append_basic_block(f"row_max_{b}") for b in
-                                       ("one", "one_body", "one_done"))
-            tail_top = builder.block
-            builder.branch(one)
-            builder.position_at_end(one)
-            i1v, m1, nan1 = builder.phi(i64), builder.phi(fv), builder.phi(bv)
-            i1v.add_incoming(nv, tail_top)
-            m1.add_incoming(m, tail_top)
-            nan1.add_incoming(nan, tail_top)
-            builder.cbranch(builder.icmp_signed("<=", i1v, n1), one_body, one_done)
-            builder.position_at_end(one_body)
-            p = builder.gep(base, [i1v])
-            x = conv(builder, builder.load(builder.bitcast(p, ir.VectorType(et, W).as_pointer()),
-                                           align=1))
-            m1.add_incoming(builder.select(builder.fcmp_ordered(">", x, m1), x, m1), one_body)
-            nan1.add_incoming(builder.or_(nan1, builder.fcmp_unordered("uno", x, x)), one_body)
-            i1v.add_incoming(builder.add(i1v, ir.Constant(i64, W)), one_body)
-            builder.branch(one)
-            builder.position_at_end(one_done)
-            m, nan, nv = m1, nan1, i1v
+                m = larger(a, m)
+
+            def scan(label, at, m, flag, width, load):
+                """Elements ``width`` at a time from ``at`` while a whole step fits: returns
+                the index reached, the maximum and the NaN flag."""
+                top = builder.block
+                head_, body_, out = (fn.append_basic_block(f"row_max_{label}_{b}")
+                                     for b in ("head", "body", "out"))
+                builder.branch(head_)
+                builder.position_at_end(head_)
+                j, mj, fj = builder.phi(i64), builder.phi(m.type), builder.phi(flag.type)
+                j.add_incoming(at, top)
+                mj.add_incoming(m, top)
+                fj.add_incoming(flag, top)
+                last = builder.sub(n, ir.Constant(i64, width))
+                builder.cbranch(builder.icmp_signed("<=", j, last), body_, out)
+                builder.position_at_end(body_)
+                x = load(j)
+                mj.add_incoming(larger(x, mj), body_)
+                fj.add_incoming(builder.or_(fj, nan_in(x)), body_)
+                j.add_incoming(builder.add(j, ir.Constant(i64, width)), body_)
+                builder.branch(head_)
+                builder.position_at_end(out)
+                return j, mj, fj
+
+            # whole vectors past the last step of K, one at a time, then single elements
+            at, m, nan = scan("one", nv, m, nan, W, vector)
             reduce_max = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(_F32, [fv]), f"llvm.vector.reduce.fmax.v{W}f32")
             reduce_or = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(i1, [bv]), f"llvm.vector.reduce.or.v{W}i1")
             m0, nan0 = builder.call(reduce_max, [m]), builder.call(reduce_or, [nan])
-            tail_end = builder.block
-            loop = fn.append_basic_block("row_max_tail_loop")
-            builder.branch(loop)
-            builder.position_at_end(loop)
-            j, sm, sn = builder.phi(i64), builder.phi(_F32), builder.phi(i1)
-            j.add_incoming(nv, tail_end)
-            sm.add_incoming(m0, tail_end)
-            sn.add_incoming(nan0, tail_end)
-            builder.cbranch(builder.icmp_signed("<", j, n), tbody, done)
-            builder.position_at_end(tbody)
-            x = conv(builder, builder.load(builder.gep(base, [j])))
-            j.add_incoming(builder.add(j, ir.Constant(i64, 1)), tbody)
-            sm.add_incoming(builder.select(builder.fcmp_ordered(">", x, sm), x, sm), tbody)
-            sn.add_incoming(builder.or_(sn, builder.fcmp_unordered("uno", x, x)), tbody)
-            builder.branch(loop)
-            builder.position_at_end(done)
+            _, sm, sn = scan("tail", at, m0, nan0, 1,
+                             lambda j: conv(builder, builder.load(builder.gep(base, [j]))))
             flag = builder.select(sn, ir.Constant(_F32, 1.0), ir.Constant(_F32, 0.0))
             return context.make_tuple(builder, signature.return_type, [sm, flag])
 

@@ -401,12 +401,8 @@ class _Gen:
             # blocks of the chunk, each first asking for its lines of the next row: the
             # same lanes in the same order
             e(f"{I}    m = min(lp, v - c0)")
-            e(f"{I}    for b0 in range(0, m, {_BLOCK}):")
-            self.prefetch_next(I + "        ", "c0 + b0", f"min(c0 + b0 + {_BLOCK}, v)")
-            self.block_lanes(I + "        ", ks)
-            e(f"{I}        for l in range(min({_BLOCK}, m - b0)):")
-            J = I + "            "
-            e(f"{J}j = c0 + b0 + l")
+            J = self.prefetched_blocks(I + "    ", ks, "m", _BLOCK, f"min(c0 + b0 + {_BLOCK}, v)",
+                                       f"min({_BLOCK}, m - b0)")
             acc = "pa{k}"
         else:
             e(f"{I}    for l in range(min(lp, v - c0)):")
@@ -455,12 +451,8 @@ class _Gen:
         e = self.e
         ks = range(k0, k0 + len(stage))
         e(f"{I}for c0 in range(0, cp, lp):")
-        e(f"{I}    for b0 in range(0, lp, {_PAIR_BLOCK}):")
-        self.prefetch_next(I + "        ", "c0 + b0", f"c0 + b0 + {_PAIR_BLOCK}")
-        self.block_lanes(I + "        ", ks)
-        e(f"{I}        for l in range({_PAIR_BLOCK}):")
-        J = I + "            "
-        e(f"{J}j = c0 + b0 + l")
+        J = self.prefetched_blocks(I + "    ", ks, "lp", _PAIR_BLOCK, f"c0 + b0 + {_PAIR_BLOCK}",
+                                   str(_PAIR_BLOCK))
         outs = self.elements(J, s, stage, roots, inames, consts, f"s{s}_")
         for i, o in enumerate(outs):
             lane = f"pa{k0 + i}"
@@ -495,6 +487,19 @@ class _Gen:
             e(f"{J}{lane}[l] = {self.combine(k0 + i, self.combine(k0 + i, f'{lane}[l]', a), b)}")
         if deferred:
             self.deferred_block(I + "        ", 2)
+
+    def prefetched_blocks(self, I: str, ks, extent: str, block: int, ahead: str,
+                          count: str) -> str:
+        """Blocks of a chunk (from ``c0``), each first asking for the next row's lines up to
+        ``ahead``, then ``count`` elements ``j`` with their lanes at ``pa<k>``; returns the
+        element loop's indentation."""
+        e = self.e
+        e(f"{I}for b0 in range(0, {extent}, {block}):")
+        self.prefetch_next(I + "    ", "c0 + b0", ahead)
+        self.block_lanes(I + "    ", ks)
+        e(f"{I}    for l in range({count}):")
+        e(f"{I}        j = c0 + b0 + l")
+        return I + "        "
 
     def block_lanes(self, I: str, ks) -> None:
         """``pa<k>``: the lanes of a block at b0. Through pointers: ``acc[b0 + l]`` would be an
