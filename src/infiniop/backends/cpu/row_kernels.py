@@ -101,8 +101,8 @@ class _Deferral(NamedTuple):
     """A row whose outputs are stored during the next row's last pass (see _Gen.deferral):
     the output slots, their per-element expressions and the names to render them with (the
     row's statistics and per-row values under their deferred names ``df_...``, its scratch row
-    as ``dcache``),
-    the per-row state to keep (name, NumPy type) and the slot the last pass reads."""
+    as ``dcache``), the per-row state to keep (name, NumPy type) and the slot the last pass
+    reads."""
 
     outs_j: list[int]
     roots: list
@@ -438,10 +438,10 @@ class _Gen:
             self.chunk_sweep(I + "    ", s, stage, k0, roots, inames, consts)
             e(f"{I}else:")
             e(f"{I}    cp = v - v % (2 * lp)")
-            self.pair_loop(I + "    ", s, stage, k0, roots, inames, consts, False)
+            self.pair_loop(I + "    ", s, stage, k0, roots, inames, consts)
         else:
             e(f"{I}cp = v - v % (2 * lp)")
-            self.pair_loop(I, s, stage, k0, roots, inames, consts, False)
+            self.pair_loop(I, s, stage, k0, roots, inames, consts)
 
     def chunk_sweep(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
                     consts: dict[str, str]) -> None:
@@ -457,11 +457,11 @@ class _Gen:
         for i, o in enumerate(outs):
             lane = f"pa{k0 + i}"
             e(f"{J}{lane}[l] = {self.combine(k0 + i, f'{lane}[l]', o)}")
-        self.deferred_block(I + "        ", 1)
+        self.deferred_block(I + "        ")
 
     def pair_loop(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
-                  consts: dict[str, str], deferred: bool) -> None:
-        """The loop of :meth:`chunk_pairs` (with the deferred row's blocks when ``deferred``)."""
+                  consts: dict[str, str]) -> None:
+        """The loop of :meth:`chunk_pairs`."""
         e = self.e
         ks = range(k0, k0 + len(stage))
         e(f"{I}for c0 in range(0, cp, 2 * lp):")
@@ -485,8 +485,6 @@ class _Gen:
         for i, (a, b) in enumerate(zip(a_outs, b_outs)):
             lane = acc.format(k=k0 + i)
             e(f"{J}{lane}[l] = {self.combine(k0 + i, self.combine(k0 + i, f'{lane}[l]', a), b)}")
-        if deferred:
-            self.deferred_block(I + "        ", 2)
 
     def prefetched_blocks(self, I: str, ks, extent: str, block: int, ahead: str,
                           count: str) -> str:
@@ -617,11 +615,11 @@ class _Gen:
         pass only scales the scratch row, logsoftmax's subtracts from the input row (in L2 by
         then), so their non-temporal stores can run inside the next row's exp pass, a block of
         them after each block of exps, and drain while the exps compute instead of after them.
-        Softmax's two scratch rows alternate. Same operations, same bits. A C probe of the same
-        loops (AMD EPYC Zen 4, 2026-11-29, (4096, 4096) float32, contract order): 4.26 -> 3.80
-        ms, 3.98 -> 3.36; ours, old and new kernels alternating in one process: softmax -5 to
-        -8% (in place -20%), logsoftmax -9 to -13% (in place within noise), (1024, 16384)
-        -17% and -15%.
+        Softmax's two scratch rows alternate; the exp pass takes whole chunks one at a time then
+        (:meth:`chunk_sweep`). Same operations, same bits. A C probe of the same loops (AMD EPYC
+        Zen 4, 2026-11-29, (4096, 4096) float32, contract order): 4.26 -> 3.80 ms, 3.98 ->
+        3.36; ours against the kernels before, alternating in one process: softmax -7 to -16%
+        (in place -20%), logsoftmax -10 to -11%, (1024, 16384) -15 to -18%.
 
         For a row kind with streamed 4-byte outputs that read only the cached row, per-row
         values and dense row inputs, whose last pass is the prefetching sum pass
@@ -671,19 +669,17 @@ class _Gen:
             v = _store(self.slots[j].dtype, o, r.dtype)
             e(f"{I}    nt_store(dp{j}, j, {v})" if stream else f"{I}    dp{j}[j] = {v}")
 
-    def deferred_block(self, I: str, halves: int) -> None:
+    def deferred_block(self, I: str) -> None:
         """After a block of the exp pass: the deferred row's block at the same place in its
-        chunk pair, turned by ``drot`` elements (whole blocks) so that its stores sit ~2 KB
-        (mod 4 KB) from the loads of the blocks that follow: in a C probe, output rows 64-320
-        bytes (mod 4 KB) past the input's took 3.5-3.6 ms unturned, 3.2-3.4 turned."""
+        chunk, turned by ``drot`` elements (whole blocks) so that its stores sit ~2 KB (mod 4
+        KB) from the loads of the blocks that follow: in a C probe, output rows 64-320 bytes
+        (mod 4 KB) past the input's took 3.5-3.6 ms unturned, 3.2-3.4 turned."""
         e = self.e
         e(f"{I}db = c0 + ((b0 + drot) & (lp - 1))")
         self.deferred_stores(I, f"db, db + {_PAIR_BLOCK}", "dv_")
-        if halves == 2:
-            self.deferred_stores(I, f"db + lp, db + lp + {_PAIR_BLOCK}", "dw_")
 
     def deferred_rest(self, I: str) -> None:
-        """After the exp pass: the deferred row's elements past the chunk pairs (whole lines
+        """After the exp pass: the deferred row's elements past its whole chunks (whole lines
         streamed, the last partial line stored), then no row is deferred."""
         e = self.e
         e(f"{I}if dq != 0:")
