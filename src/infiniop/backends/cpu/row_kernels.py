@@ -62,14 +62,14 @@ ROW_ARGS = "n, shape, strides, astr, per_task, cfg, serial_at, t0, t1"
 # elements per block of the streamed pass: a multiple of 64 bytes for every item size, and
 # enough 32-bit words for the vectorised loop (16 lanes x 4 interleaved) to run
 _BLOCK = 256
-# elements per block of a sum pass that takes whole chunks two at a time and asks for the next
-# row's lines (softmax's exp pass on long rows): 64 (two or four lines of each chunk a block)
+# elements per block of the sum pass that asks for the next row's lines over whole chunks
+# (softmax's exp pass on long rows; two chunks at a time until 2026-11-29): 64 (lines a block)
 # instead of 256 spreads the prefetches among the exp's arithmetic. Same bits; AMD EPYC Zen 4,
 # 2026-11-29, old and new kernels alternating in one process, 31 rounds, five runs: softmax
 # float32 (4096, 4096) -0.8% to -5.2% (3.69 -> 3.50 ms), float16 -1.2% to -1.4%, bfloat16 and
-# logsoftmax float32 within noise; blocks of 128 were no better. The blocks of a single
-# chunk (rows shorter than 2 L, causal rows) keep _BLOCK: their trip counts are not constants,
-# and 64 there cost up to 26% (softmax (16384, 1024)) in one run
+# logsoftmax float32 within noise; blocks of 128 were no better. The blocks of a partial last
+# chunk keep _BLOCK: their trip counts are not constants, and 64 there cost up to 26% (softmax
+# (16384, 1024)) in one run
 _PAIR_BLOCK = 64
 # rows of at least this many chunks defer their outputs to the next row's exp pass (see
 # _Gen.deferral): softmax float32 (2048, 8192) -10%, (1024, 16384) -17%, (4096, 4096) -2 to -8%,
@@ -384,7 +384,7 @@ class _Gen:
                    consts: dict[str, str]) -> None:
         """Stage ``s`` over a row of any length: its lanes start as identities and take the
         row chunk by chunk (L elements each), in the order the contract fixes. Sum stages take
-        whole chunks two at a time first (:meth:`chunk_pairs`)."""
+        their whole chunks first (:meth:`whole_chunks`)."""
         e = self.e
         ks = range(k0, k0 + len(stage))
         maxes = [k for k in ks if self.reds[k].op == "max"]
@@ -393,7 +393,7 @@ class _Gen:
             e(f"{I}    acc{k}[l] = {self.identity(k)}")
         start = "0"
         if self.kind == "row" and not maxes:
-            self.chunk_pairs(I, s, stage, k0, roots, inames, consts)
+            self.whole_chunks(I, s, stage, k0, roots, inames, consts)
             start = "cp"
         e(f"{I}for c0 in range({start}, v, lp):")
         self.max_chunks(I + "    ", maxes, "start")
@@ -420,34 +420,39 @@ class _Gen:
         self.max_chunks(I + "    ", maxes, "end")
         self.max_chunks(I, maxes, "result")
 
-    def chunk_pairs(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
-                    consts: dict[str, str]) -> None:
-        """A sum stage's whole chunks two at a time (up to ``cp``): lane l takes element c0 + l
-        and then c0 + L + l, ``(a[l] + x) + y``, the same additions in the same order as two
-        chunk sweeps, with half the lanes' loads and stores. Zen 4 stores one 256-bit half a
-        cycle: the lanes' store was a third of softmax's exp pass beyond the exp."""
+    def whole_chunks(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
+                     consts: dict[str, str]) -> None:
+        """A sum stage's whole chunks (up to ``cp``), before a partial last one. The pass that
+        prefetches (softmax's exp) sweeps them one at a time (:meth:`chunk_sweep`), in two
+        versions where a row may be deferred (a check per block cost in-place logsoftmax
+        5-10%); other sum passes take them two at a time (:meth:`chunk_pairs`)."""
         e = self.e
-        if self.defer is not None and s == self.prefetch_stage():
-            # two versions of the loop: a check per block cost in-place logsoftmax 5-10%
-            e(f"{I}if dq != 0:")
-            if self.defer.read is not None:  # see deferred_block
-                o, i = self.defer.outs_j[0], self.defer.read
-                e(f"{I}    drot = ((2048 - ((pointer_address(dp{o}) - pointer_address(q{i})) "
-                  f"& 4095)) & 4095) // 4 // {_PAIR_BLOCK} * {_PAIR_BLOCK}")
-            e(f"{I}    cp = v - v % lp")
-            self.chunk_sweep(I + "    ", s, stage, k0, roots, inames, consts)
-            e(f"{I}else:")
-            e(f"{I}    cp = v - v % (2 * lp)")
-            self.pair_loop(I + "    ", s, stage, k0, roots, inames, consts)
-        else:
+        if s != self.prefetch_stage():
             e(f"{I}cp = v - v % (2 * lp)")
-            self.pair_loop(I, s, stage, k0, roots, inames, consts)
+            self.chunk_pairs(I, s, stage, k0, roots, inames, consts)
+            return
+        e(f"{I}cp = v - v % lp")
+        if self.defer is None:
+            self.chunk_sweep(I, s, stage, k0, roots, inames, consts, False)
+            return
+        e(f"{I}if dq != 0:")
+        if self.defer.read is not None:  # see deferred_block
+            o, i = self.defer.outs_j[0], self.defer.read
+            e(f"{I}    drot = ((2048 - ((pointer_address(dp{o}) - pointer_address(q{i})) "
+              f"& 4095)) & 4095) // 4 // {_PAIR_BLOCK} * {_PAIR_BLOCK}")
+        self.chunk_sweep(I + "    ", s, stage, k0, roots, inames, consts, True)
+        e(f"{I}else:")
+        self.chunk_sweep(I + "    ", s, stage, k0, roots, inames, consts, False)
 
     def chunk_sweep(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
-                    consts: dict[str, str]) -> None:
-        """The whole chunks one at a time (up to ``cp``) in blocks of _PAIR_BLOCK, each followed
-        by a block of the deferred row (see deferral): with the deferred stores, a chunk at a
-        time ran ahead of two (C probe, same bits: 3.92 against 4.29 ms)."""
+                    consts: dict[str, str], deferred: bool) -> None:
+        """The prefetching pass over the whole chunks one at a time, in blocks of _PAIR_BLOCK
+        that first ask for the next row's lines, each followed by a block of the deferred row
+        where ``deferred`` (see deferral). Against two chunks at a time (:meth:`chunk_pairs`),
+        same bits, AMD EPYC Zen 4, 2026-11-29, same process: with a deferred row softmax float32
+        (4096, 4096) -7 to -8%, logsoftmax -7 to -10% (the C probe: 3.92 against 4.29 ms);
+        without, (8192, 2048) -6 to -9%, fp16 -1%, bf16 -3%, logsoftmax fp16 -2%, (1024,
+        50257) -2%."""
         e = self.e
         ks = range(k0, k0 + len(stage))
         e(f"{I}for c0 in range(0, cp, lp):")
@@ -457,24 +462,20 @@ class _Gen:
         for i, o in enumerate(outs):
             lane = f"pa{k0 + i}"
             e(f"{J}{lane}[l] = {self.combine(k0 + i, f'{lane}[l]', o)}")
-        self.deferred_block(I + "        ")
+        if deferred:
+            self.deferred_block(I + "        ")
 
-    def pair_loop(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
-                  consts: dict[str, str]) -> None:
-        """The loop of :meth:`chunk_pairs`."""
+    def chunk_pairs(self, I: str, s: int, stage, k0: int, roots, inames: list[str],
+                    consts: dict[str, str]) -> None:
+        """A sum stage's whole chunks two at a time (up to ``cp``): lane l takes element c0 + l
+        and then c0 + L + l, ``(a[l] + x) + y``, the same additions in the same order as two
+        chunk sweeps, with half the lanes' loads and stores. Zen 4 stores one 256-bit half a
+        cycle: the lanes' store was a third of softmax's exp pass beyond the exp (before that
+        pass became :meth:`chunk_sweep`'s blocks)."""
         e = self.e
-        ks = range(k0, k0 + len(stage))
         e(f"{I}for c0 in range(0, cp, 2 * lp):")
-        if s == self.prefetch_stage():
-            e(f"{I}    for b0 in range(0, lp, {_PAIR_BLOCK}):")
-            for lo in ("c0 + b0", "c0 + lp + b0"):
-                self.prefetch_next(I + "        ", lo, f"{lo} + {_PAIR_BLOCK}")
-            self.block_lanes(I + "        ", ks)
-            e(f"{I}        for l in range({_PAIR_BLOCK}):")
-            J, first, acc = I + "            ", "c0 + b0 + l", "pa{k}"
-        else:
-            e(f"{I}    for l in range(lp):")
-            J, first, acc = I + "        ", "c0 + l", "acc{k}"
+        e(f"{I}    for l in range(lp):")
+        J, first, acc = I + "        ", "c0 + l", "acc{k}"
         e(f"{J}j = {first}")
         a_outs = self.elements(J, s, stage, roots, inames, consts, f"s{s}_")
         for i, a in enumerate(a_outs):  # kept apart from the second element's loads: a sum
