@@ -832,9 +832,9 @@ def test_streamed_softmax_prefetches_during_its_exp_pass(handle, monkeypatch, dt
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
 def test_streamed_rows_of_one_chunk(handle, monkeypatch, dtype):
     """Streamed rows of at most L elements take their exp pass without the chunk loop (each
-    lane its element, row_kernels' ``single_prefetched``), asking for the next row's lines:
-    softmax and logsoftmax rows of 1000, 1024 and 37, causal rows of every length 1-300; the
-    bits of the unstreamed kernels."""
+    lane its element, row_kernels' ``single_chunk`` with ``prefetch``), asking for the next
+    row's lines: softmax and logsoftmax rows of 1000, 1024 and 37, causal rows of every length
+    1-300; the bits of the unstreamed kernels."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     rng = np.random.default_rng(31)
