@@ -1,8 +1,9 @@
 /* C probes of the memory ceiling at the access patterns of infiniop's elementwise rows
  * (benchmarks/bench_elementwise_probe.py builds and calls them): AVX-512, non-temporal 64-byte
- * stores, OpenMP over the calling process's threads. Not part of the package.
+ * stores, OpenMP over the calling process's threads; on CPUs without AVX-512 (or AVX512_BF16)
+ * probe_simd.h turns each 16-lane operation into two AVX2 ones. Not part of the package.
  *
- *   gcc -O3 -march=native -fopenmp -shared -fPIC probe_elementwise.c -o probe.so
+ *   gcc -O3 -march=native -Wno-psabi -fopenmp -shared -fPIC probe_elementwise.c -o probe.so
  *
  * Every function assumes 64-byte aligned outputs, n a multiple of 64 elements (rows of the 2-D
  * cases a multiple of 64 elements) and returns after an sfence on each thread. The values are
@@ -10,6 +11,7 @@
  * the same bytes with the same instructions a hand-written kernel would use.
  */
 #include <immintrin.h>
+#include "probe_simd.h" /* the same probes on CPUs without AVX-512 (AVX2 pairs) */
 #include <stddef.h>
 #include <math.h>
 #include <stdint.h>
@@ -63,7 +65,7 @@ void sub_bf16(uint16_t *restrict c, const uint16_t *restrict a, const uint16_t *
             __m512i x = _mm512_loadu_si512(a + i), y = _mm512_loadu_si512(b_ + i);
             __m512 lo = _mm512_sub_ps(bf16_lo(x), bf16_lo(y));
             __m512 hi = _mm512_sub_ps(bf16_hi(x), bf16_hi(y));
-            _mm512_stream_si512((void *)(c + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_stream_si512((void *)(c + i), probe_cvtne2ps_bf16(hi, lo));
         }
         _mm_sfence();
     }
@@ -217,7 +219,7 @@ static inline void row_store32(void *y, long i, __m512 a, __m512 b, int dt, int 
         out = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)),
                                  _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT), 1);
     else if (hw)
-        out = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+        out = probe_cvtne2ps_bf16(b, a);
     else
         out = _mm512_inserti64x4(_mm512_castsi256_si512(bf16_round(a)), bf16_round(b), 1);
     _mm512_stream_si512((void *)((uint16_t *)y + i), out);
