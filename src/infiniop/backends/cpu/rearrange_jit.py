@@ -13,8 +13,14 @@ from numba import njit, prange
 from numba.extending import overload
 
 from . import jit  # noqa: F401  (sets Numba up before the decorators below run)
+from .cpuinfo import TILE_ROW_BYTES
 from .intrinsics import address_as_pointer
-from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose
+from .transpose import copy_line, memcpy_bytes, store_fence, tile_transpose, tile_transpose_stacked
+
+# a micro-tile's source rows hold TILE_ROW_BYTES (one register); its destination rows 64 bytes,
+# whole lines: on AVX2 two stacked 8 x 8 float32 tiles (a 16 x 16 one spilled its registers; 8 x
+# 8 tiles storing half lines ran 1.4-1.8x slower, AMD EPYC Zen 3, 4096^2, same process)
+_tile = tile_transpose if TILE_ROW_BYTES == 64 else tile_transpose_stacked
 
 _CHUNK_BYTES = 1 << 18  # smallest chunk of a parallel contiguous copy
 
@@ -165,7 +171,8 @@ def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src
     the stores are whole aligned lines whatever the destination's alignment or row length.
     """
     u = marker.itemsize
-    lanes = 64 // u
+    lanes = 64 // u  # source rows a micro-tile (destination units a line)
+    clanes = TILE_ROW_BYTES // u  # its columns
     first = head - tr if head > 0 else 0
     nrb = (rows - first + tr - 1) // tr
     ncb = (cols + kb - 1) // kb
@@ -203,17 +210,17 @@ def _transpose_range(marker, dst, src, bshape, bdstr, bsstr, rows, cols, row_src
             for cc in range(c_s, c_e, cstep):
                 cc_e = min(c_e, cc + cstep)
                 if _columns_outer(marker):
-                    for c0 in range(cc, cc_e, lanes):
-                        kc = min(lanes, cc_e - c0)
+                    for c0 in range(cc, cc_e, clanes):
+                        kc = min(clanes, cc_e - c0)
                         for r0 in range(g, g_e, lanes):
-                            tile_transpose(marker, sb, rs + 8 * r0, c0, target, table + 8 * c0, r0,
-                                           min(lanes, g_e - r0), kc, tile_nt)
+                            _tile(marker, sb, rs + 8 * r0, c0, target, table + 8 * c0, r0,
+                                  min(lanes, g_e - r0), kc, tile_nt)
                 else:
                     for r0 in range(g, g_e, lanes):
                         kr = min(lanes, g_e - r0)
-                        for c0 in range(cc, cc_e, lanes):
-                            tile_transpose(marker, sb, rs + 8 * r0, c0, target, table + 8 * c0, r0,
-                                           kr, min(lanes, cc_e - c0), tile_nt)
+                        for c0 in range(cc, cc_e, clanes):
+                            _tile(marker, sb, rs + 8 * r0, c0, target, table + 8 * c0, r0,
+                                  kr, min(clanes, cc_e - c0), tile_nt)
         if staged:
             n = (r_e - r_s) * u
             run_dst = db + cdp[c_s] + r_s * u

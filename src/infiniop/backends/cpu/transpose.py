@@ -4,7 +4,10 @@
 of U-byte units (U = ``marker.dtype`` itemsize in {1, 2, 4, 8}, L = 64 / U lanes, so every row
 is one 512-bit register; ``tile_transpose_256``: 32-byte rows, L = 32 / U, for AVX2's sixteen
 256-bit registers, where a 64-byte-row float32 tile spilled ~100 registers per tile: the
-elementwise tiled kind uses it on CPUs without AVX-512, ``cpuinfo.TILE_ROW_BYTES``):
+elementwise tiled kind uses it on CPUs without AVX-512, ``cpuinfo.TILE_ROW_BYTES``;
+``tile_transpose_stacked``: two such tiles one under the other, 2L source rows of L units, so
+each destination row receives one 64-byte line at once: rearrange's transposes on AVX2, where a
+destination line completed by two tiles apart stored 1.4-1.8x slower):
 
 - source row i (i < kr) starts at ``src + s_off[i] + c0*U`` and is contiguous: units c0..c0+kc-1
   are read (rows >= kr and lanes >= kc are not touched);
@@ -12,10 +15,10 @@ elementwise tiled kind uses it on CPUs without AVX-512, ``cpuinfo.TILE_ROW_BYTES
   Intel, see ``_prefetch_bytes``);
 - the L registers are transposed with log2(L) rounds of one-micro-op two-source shuffles
   (``network``: in-block interleaves ``vpunpck*``, then 128-bit block exchanges ``vshufi64x2``);
-- destination row j (j < kc) starts at ``dst + d_off[j] + r0*U`` and receives units r0..r0+kr-1:
-  a full row (kr == L) is one 64-byte store, non-temporal when ``nt`` is true and the address
-  is 64-byte aligned (checked at run time, so the ``align 64`` claim is always true), an ordinary
-  unaligned store otherwise.
+- destination row j (j < kc) starts at ``dst + d_off[j] + r0*U`` and receives units r0..r0+kr-1
+  (kr <= 2L for the stacked tile): a full row (kr == L, or 2L) is one 64-byte store,
+  non-temporal when ``nt`` is true and the address is 64-byte aligned (checked at run time, so
+  the ``align 64`` claim is always true), an ordinary unaligned store otherwise.
 
 Edge tiles (kr < L or kc < L) are done one of two ways, depending on the target
 (``_native_masks``):
@@ -155,23 +158,26 @@ def _native_masks(context, unit: int) -> bool:
     return unit >= 4 or "+avx512bw" in features.split(",")
 
 
-def _tile_transpose(row_bytes: int):
-    """The ``tile_transpose`` intrinsic for tile rows of ``row_bytes`` (64 or 32) bytes."""
+def _tile_transpose(row_bytes: int, stack: int = 1):
+    """The ``tile_transpose`` intrinsic for tile rows of ``row_bytes`` (64 or 32) bytes; with
+    ``stack`` 2, two square tiles one under the other (2L source rows of L units), so that each
+    destination row receives 2 x ``row_bytes`` at once."""
 
     @intrinsic
     def tile_transpose(typingctx, marker, src, s_off, c0, dst, d_off, r0, kr, kc, nt):
-        return _typed(marker, row_bytes)
+        return _typed(marker, row_bytes, stack)
 
     return tile_transpose
 
 
-def _typed(marker, row_bytes: int):
+def _typed(marker, row_bytes: int, stack: int = 1):
     unit = marker.dtype.bitwidth // 8
     if unit not in (1, 2, 4, 8):
         return None
     sig = types.void(marker, types.int64, types.int64, types.int64, types.int64, types.int64,
                      types.int64, types.int64, types.int64, types.boolean)
     lanes, bits = row_bytes // unit, unit * 8
+    height, out_bytes = stack * lanes, stack * row_bytes  # source rows; bytes a destination row
     prefetch_distance = PREFETCH_BYTES
 
     def codegen(context, builder, signature, args):
@@ -179,14 +185,16 @@ def _typed(marker, row_bytes: int):
         nt_ = builder.icmp_unsigned("!=", nt_, ir.Constant(nt_.type, 0))
         et = ir.IntType(bits)
         vt = ir.VectorType(et, lanes)
+        ot = ir.VectorType(et, height)  # a destination row
         mt = ir.VectorType(_I1, lanes)
-        lane_ids = ir.Constant(ir.VectorType(_I64, lanes), list(range(lanes)))
 
-        def splat(v):
-            undef = ir.Constant(ir.VectorType(_I64, lanes), None)
+        def lane_ids(n):
+            return ir.Constant(ir.VectorType(_I64, n), list(range(n)))
+
+        def splat(v, n=lanes):
+            undef = ir.Constant(ir.VectorType(_I64, n), None)
             ins = builder.insert_element(undef, v, ir.Constant(_I32, 0))
-            return builder.shuffle_vector(ins, undef, ir.Constant(ir.VectorType(_I32, lanes),
-                                                                  [0] * lanes))
+            return builder.shuffle_vector(ins, undef, ir.Constant(ir.VectorType(_I32, n), [0] * n))
 
         soff_p = builder.inttoptr(soff_, _I64.as_pointer())
         doff_p = builder.inttoptr(doff_, _I64.as_pointer())
@@ -209,6 +217,14 @@ def _typed(marker, row_bytes: int):
                 rows = new
             return [rows[r] for r in order]
 
+        def transposed(rows):
+            """``height`` source rows -> ``lanes`` destination rows (stacked tiles joined)."""
+            parts = [transpose(rows[k * lanes:(k + 1) * lanes]) for k in range(stack)]
+            if stack == 1:
+                return parts[0]
+            join = ir.Constant(ir.VectorType(_I32, height), list(range(height)))
+            return [builder.shuffle_vector(a, b, join) for a, b in zip(*parts)]
+
         def src_row(i):
             off = builder.load(builder.gep(soff_p, [i]), align=8)
             addr = builder.add(builder.add(src_, off), c0b)
@@ -227,22 +243,23 @@ def _typed(marker, row_bytes: int):
             with builder.if_else(stream, likely=True) as (then_nt, plain):
                 with then_nt:
                     for j in range(lanes):
-                        st = builder.store(rows[j], _vptr(builder, addrs[j], vt), align=row_bytes)
+                        st = builder.store(rows[j], _vptr(builder, addrs[j], ot), align=out_bytes)
                         st.set_metadata("nontemporal", _nt_md(builder))
                 with plain:
                     for j in range(lanes):
-                        builder.store(rows[j], _vptr(builder, addrs[j], vt), align=1)
+                        builder.store(rows[j], _vptr(builder, addrs[j], ot), align=1)
 
         def aligned(addrs):
             phase = addrs[0]
             for a in addrs[1:]:
                 phase = builder.or_(phase, a)
-            return builder.icmp_unsigned("==", builder.and_(phase, ir.Constant(_I64, row_bytes - 1)),
+            return builder.icmp_unsigned("==", builder.and_(phase, ir.Constant(_I64, out_bytes - 1)),
                                          ir.Constant(_I64, 0))
 
-        full = builder.and_(builder.icmp_signed("==", kr_, ir.Constant(_I64, lanes)),
+        full = builder.and_(builder.icmp_signed("==", kr_, ir.Constant(_I64, height)),
                             builder.icmp_signed("==", kc_, ir.Constant(_I64, lanes)))
         consts = [ir.Constant(_I64, i) for i in range(lanes)]
+        row_consts = [ir.Constant(_I64, i) for i in range(height)]
 
         if not _native_masks(context, unit):
             # Edges are staged: the kr x kc corner is copied into a 64-byte-row stack tile, the
@@ -251,14 +268,14 @@ def _typed(marker, row_bytes: int):
             # read and write in place with plain loads.
             def stack_tile():
                 with builder.goto_entry_block():
-                    tile = builder.alloca(ir.ArrayType(_I8, row_bytes * lanes))
+                    tile = builder.alloca(ir.ArrayType(_I8, row_bytes * height))
                     tile.align = 64
                 return builder.ptrtoint(tile, _I64)
 
             tile_in, tile_out = stack_tile(), stack_tile()
             with builder.if_else(full, likely=True) as (whole, edge):
                 with whole:
-                    whole_src = [src_row(i) for i in consts]
+                    whole_src = [src_row(i) for i in row_consts]
                     whole_dst = [dst_row(j) for j in consts]
                     whole_nt = builder.and_(nt_, aligned(whole_dst))
                     whole_end = builder.basic_block
@@ -266,8 +283,8 @@ def _typed(marker, row_bytes: int):
                     with cgutils.for_range(builder, kr_) as loop:
                         at = builder.add(tile_in, builder.mul(loop.index, _I64(row_bytes)))
                         memcpy(builder, at, src_row(loop.index), builder.mul(kc_, _I64(unit)))
-                    edge_src = [builder.add(tile_in, _I64(row_bytes * i)) for i in range(lanes)]
-                    edge_dst = [builder.add(tile_out, _I64(row_bytes * j)) for j in range(lanes)]
+                    edge_src = [builder.add(tile_in, _I64(row_bytes * i)) for i in range(height)]
+                    edge_dst = [builder.add(tile_out, _I64(out_bytes * j)) for j in range(lanes)]
                     edge_end = builder.basic_block
 
             def join(whole_v, edge_v, ty=_I64):
@@ -279,16 +296,16 @@ def _typed(marker, row_bytes: int):
             srcs = [join(a, b) for a, b in zip(whole_src, edge_src)]
             dsts = [join(a, b) for a, b in zip(whole_dst, edge_dst)]
             stream = join(whole_nt, ir.Constant(_I1, 0), _I1)
-            rows = transpose([builder.load(_vptr(builder, a, vt), align=1) for a in srcs])
+            rows = transposed([builder.load(_vptr(builder, a, vt), align=1) for a in srcs])
             store_rows(rows, dsts, stream)
             with builder.if_then(builder.not_(full), likely=False):
                 with cgutils.for_range(builder, kc_) as loop:
-                    at = builder.add(tile_out, builder.mul(loop.index, _I64(row_bytes)))
+                    at = builder.add(tile_out, builder.mul(loop.index, _I64(out_bytes)))
                     memcpy(builder, dst_row(loop.index), at, builder.mul(kr_, _I64(unit)))
             return context.get_dummy_value()
 
-        colmask = builder.icmp_signed("<", lane_ids, splat(kc_))
-        rowmask = builder.icmp_signed("<", lane_ids, splat(kr_))
+        colmask = builder.icmp_signed("<", lane_ids(lanes), splat(kc_))
+        rowmask = builder.icmp_signed("<", lane_ids(height), splat(kr_, height))
         zero_mask = ir.Constant(mt, None)
 
         def load_row(i, mask):
@@ -298,22 +315,22 @@ def _typed(marker, row_bytes: int):
 
         with builder.if_else(full, likely=True) as (whole, edge):
             with whole:  # the common case: no per-row tests, one alignment test per tile
-                rows = transpose([load_row(i, colmask) for i in consts])
+                rows = transposed([load_row(i, colmask) for i in row_consts])
                 addrs = [dst_row(j) for j in consts]
                 store_rows(rows, addrs, builder.and_(nt_, aligned(addrs)))
             with edge:  # rows >= kr are not loaded, columns >= kc not stored
                 last_row = builder.sub(kr_, ir.Constant(_I64, 1))
                 rows = []
-                for ci in consts:
+                for ci in row_consts:
                     live = builder.icmp_signed("<", ci, kr_)
                     # rows >= kr: read a valid table entry (the last live row) and load nothing
                     rows.append(load_row(builder.select(live, ci, last_row),
                                          builder.select(live, colmask, zero_mask)))
-                rows = transpose(rows)
+                rows = transposed(rows)
                 for j in range(lanes):
                     with builder.if_then(builder.icmp_signed("<", consts[j], kc_)):
-                        _masked_store(builder, vt, rows[j], _vptr(builder, dst_row(consts[j]), vt),
-                                      rowmask, lanes, bits)
+                        _masked_store(builder, ot, rows[j], _vptr(builder, dst_row(consts[j]), ot),
+                                      rowmask, height, bits)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -322,6 +339,7 @@ def _typed(marker, row_bytes: int):
 
 tile_transpose = _tile_transpose(64)
 tile_transpose_256 = _tile_transpose(32)  # AVX2 (16 registers): cpuinfo.TILE_ROW_BYTES
+tile_transpose_stacked = _tile_transpose(32, stack=2)  # AVX2, 64-byte destination rows
 
 
 @intrinsic
