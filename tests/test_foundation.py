@@ -851,7 +851,14 @@ def test_check_fits_layout_property(itemsize, shape, data):
     the same order (an independent oracle); the compiled twin used by the elementwise launchers
     (``arrays.layout_end``) agrees, except that it may refuse an empty array (which then takes
     the general path)."""
-    from infiniop.backends.cpu.arrays import layout_end
+    from numba import njit
+
+    from infiniop.backends.cpu.arrays import layout_end as _layout_end
+    from infiniop.backends.cpu.checked_arrays import descr_address
+
+    @njit
+    def layout_end(a, meta, pos):  # as the launchers call it
+        return _layout_end(descr_address(a), a.shape, a.strides, meta, pos)
 
     dt = {1: DType.I8, 2: DType.I16, 4: DType.I32, 8: DType.I64}[itemsize]
     shape = tuple(shape)

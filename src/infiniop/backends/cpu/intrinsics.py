@@ -27,6 +27,8 @@
   (``table``: 65536 16-bit entries and one more, read but unused): 16-lane ``vpgatherdd``
   where the CPU has AVX-512, 64-byte stores (``!nontemporal`` when ``nt``: ``dst`` then 64-byte
   aligned), a scalar loop elsewhere and for the tail. The tabulated kernels (``tabulated.py``).
+- ``select(c, a, b)``, ``minimum(a, b)``, ``maximum(a, b)``: a ternary and NaN-propagating
+  extrema as LLVM ``select``s, where Numba's ternaries and inlined functions cost compile time.
 - ``call_kernel(address, (args...))``: calls the compiled function at ``address`` (Numba's
   calling convention, an int64 result; ``native.Kernel.address``): the array launchers reach
   their kernel this way, so one launcher serves every kernel with the same operand structure.
@@ -228,6 +230,53 @@ def fma(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return sig, codegen
+
+
+@intrinsic
+def select(typingctx, cond, a, b):
+    """``a if cond else b`` as one LLVM ``select``. A ternary splits Numba's IR into blocks
+    joined by a merge variable, and Numba's SSA pass then rewrites the whole function once per
+    merge: generated kernels with dozens of them spent a third of their compile time there.
+    LLVM turns the ternary into this same select, so the machine code does not change."""
+    t = typingctx.unify_pairs(a, b)
+    if not isinstance(cond, types.Boolean) or t is None:
+        return None
+    sig = t(cond, a, b)
+
+    def codegen(context, builder, signature, args):
+        c, x, y = args
+        return builder.select(c, context.cast(builder, x, signature.args[1], t),
+                              context.cast(builder, y, signature.args[2], t))
+
+    return sig, codegen
+
+
+def _extremum(name: str, op: str):
+    """``minimum``/``maximum``: ``a op b ? a : b``, but ``a`` where ``a`` is NaN (so NaN in
+    either operand gives NaN): two selects, no branches (see ``select``)."""
+
+    def typer(typingctx, a, b):
+        if a != b or not isinstance(a, (types.Float, types.Integer, types.Boolean)):
+            return None
+        sig = a(a, b)
+
+        def codegen(context, builder, signature, args):
+            x, y = args
+            if isinstance(a, types.Float):
+                pick = builder.select(builder.fcmp_ordered(op, x, y), x, y)
+                return builder.select(builder.fcmp_ordered("==", x, x), pick, x)
+            signed = isinstance(a, types.Integer) and a.signed
+            less = builder.icmp_signed if signed else builder.icmp_unsigned
+            return builder.select(less(op, x, y), x, y)
+
+        return sig, codegen
+
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+minimum = _extremum("minimum", "<")
+maximum = _extremum("maximum", ">")
 
 
 @intrinsic

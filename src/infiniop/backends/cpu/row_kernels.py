@@ -239,7 +239,7 @@ class _Gen:
                 self.e(f"{indent}df_{name} = {typ}(0)")
 
     def combine(self, k: int, a: str, b: str) -> str:
-        return f"({a} + {b})" if self.reds[k].op == "sum" else f"_maximum({a}, {b})"
+        return f"({a} + {b})" if self.reds[k].op == "sum" else f"maximum({a}, {b})"
 
     # -- row kind -----------------------------------------------------------------------------------
     def tasks(self) -> None:
