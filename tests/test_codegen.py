@@ -141,3 +141,31 @@ def test_array_launchers_check_layouts_with_one_compilation_per_rank():
                         for s in sigs)
     ranks = [len(s[1]) for s in sigs]
     assert len(ranks) == len(set(ranks)), sigs
+
+
+def test_one_array_launcher_serves_every_dtype():
+    """Where the launcher checks the arrays itself (``ndarray_abi.verified``), they enter as
+    uint8 arrays of their rank: sub of float32, float64, float16, bfloat16 and int32 operands
+    of one shape share one compiled launcher (the dtype is checked against the descriptor's:
+    an array of another dtype of the same size takes the general path, which refuses it)."""
+    from infiniop.backends.cpu import ndarray_abi
+
+    if not ndarray_abi.verified():
+        pytest.skip("the fast path checks arrays in Python here")
+    import ml_dtypes
+
+    h = infiniop.create_handle("cpu")
+    rng = np.random.default_rng(3)
+    launchers = set()
+    for dt in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int32):
+        a, b = (rng.integers(-50, 50, (6, 40)).astype(dt) for _ in range(2))
+        d = infiniop.create_sub_descriptor(h, *[infiniop.TensorDescriptor.from_array(a)] * 3)
+        out = np.zeros_like(a)
+        d.calculate(None, out, a, b)
+        np.testing.assert_array_equal(out.astype(np.float64), a.astype(np.float64) - b)
+        launchers.add(id(d._kernel.array_launcher))
+        if dt is np.float32:
+            with pytest.raises(infiniop.InfiniError) as err:
+                d.calculate(None, out, a.view(np.int32), b)
+            assert err.value.status is infiniop.Status.BAD_TENSOR_DTYPE
+    assert len(launchers) == 1
