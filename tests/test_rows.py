@@ -1187,6 +1187,37 @@ def test_rope_rows_counted_across_dimensions(handle, monkeypatch):
             assert_exact(run(handle, "rope", [out], [v, pos, sin, cos], algo=1)[0], want)
 
 
+def test_rope_kernels_share_one_pool_driver(handle, monkeypatch):
+    """On the pool a rope kernel runs through one compiled driver shared by every rope kernel
+    (``rope.rope_driver``), which calls the kernel's own ``serial`` by address for runs of
+    tasks after it has checked every position: float16 GPT-J and float32 NeoX share it, each
+    with the bits of its serial call, through the descriptor's arrays and raw addresses."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    rng = np.random.default_rng(35)
+    fns = set()
+    for dtype, algo in ((np.float16, 0), (np.float32, 1)):
+        x = draw(rng, dtype, (9, 4, 32))
+        pos = rng.permutation(20)[:9].astype(np.int32)
+        sin, cos = _tables(rng, 20, 16, dtype)
+        want = infiniop.rope(x, pos, sin, cos, algo=algo)  # serial
+        assert_close(want, ref_rope(x, pos, sin, cos, algo), dtype)
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
+        d = infiniop.create_rope_descriptor(handle, *(TensorDescriptor.from_array(a) for a in
+                                                      (x, x, pos, sin, cos)), algo)
+        assert d._kernel.parallel
+        fns.add(id(d._kernel._fn))
+        out = np.empty_like(x)
+        d.calculate(None, out, x, pos, sin, cos)
+        assert_exact(out, want)
+        out2 = np.empty_like(x)
+        d.calculate(None, *(a.ctypes.data for a in (out2, x, pos, sin, cos)))
+        assert_exact(out2, want)
+        d.destroy()
+        monkeypatch.undo()
+    assert len(fns) == 1
+
+
 def test_rope_position_dtypes(handle):
     rng = np.random.default_rng(13)
     x = draw(rng, np.float32, (6, 2, 8))

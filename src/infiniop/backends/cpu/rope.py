@@ -13,13 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from ...dtype import DType
-from . import ndarray_abi, runtime
+from . import native, ndarray_abi, runtime
 from .codegen import kernels
 from .elementwise import launcher_arrays
 from .elementwise_kernels import (
     PRELUDE,
     STORAGE,
+    TASK_PIECES,
     WIDE,
+    _driver,
     _load,
     _store,
     bf16_lane,
@@ -176,90 +178,111 @@ def source(prog, steps: str, stream: bool = False) -> str:
             e(f"{I}    g{j} -= shape[d] * strides[{j}, d]")
         e(f"{I}    d -= 1")
 
-    for par in (False, True):
-        e(f"\n\n@njit(parallel={par}, **OPTS)")
-        e(f"def {'parallel' if par else 'serial'}(s0, s1, s2, s3, s4, shape, strides, steps, "
-          "half, maxpos, per_task):")
-        if WIDE:  # 512-bit vectors (see intrinsics.prefer_512_bit_vectors)
-            e("    prefer_512_bit_vectors()")
-        e("    nd = shape.shape[0]")
-        e("    rows = 1")
-        e("    for d in range(nd):")
-        e("        rows *= shape[d]")
-        e("    st0 = steps[0]")
-        e("    yb = steps[1]")
-        e("    st1 = steps[2]")
-        e("    xb = steps[3]")
-        e("    t3 = steps[4]")
-        e("    st3 = steps[5]")
-        e("    t4 = steps[6]")
-        e("    st4 = steps[7]")
-        # every position first: one outside the tables writes nothing. pos_ids repeat along
-        # the dimensions where their stride is 0 (the heads), which the check does not walk:
-        # (2048, 32, 128) visited 65,536 rows serially for 2,048 positions, 76 us of a 0.85 ms
-        # float16 call
-        e("    ix = np.zeros(max(nd, 1), np.int64)")
-        e("    cs = np.empty(max(nd, 1), np.int64)")
-        e("    crows = 1")
-        e("    for d in range(nd):")
-        e("        cs[d] = shape[d] if strides[2, d] != 0 else 1")
-        e("        crows *= cs[d]")
-        e("    g2 = 0")
-        e("    for r in range(crows):")
-        e(f"        p = np.int64(address_as_pointer(s2 + g2 * {isz[2]}, np.{st[2]})[0])")
-        e("        if p < 0 or p >= maxpos:")
-        e("            return 1000")
-        e("        d = nd - 1")
-        e("        while d >= 0:")
-        e("            ix[d] += 1")
-        e("            g2 += strides[2, d]")
-        e("            if ix[d] < cs[d]:")
-        e("                break")
-        e("            ix[d] = 0")
-        e("            g2 -= cs[d] * strides[2, d]")
-        e("            d -= 1")
-        e("    ntask = (rows + per_task - 1) // per_task")
-        e(f"    for t in {'prange' if par else 'range'}(ntask):")
-        if WIDE and par:
-            e("        prefer_512_bit_vectors()")
-        if stream:  # in the task's own frame (a prange body is a function of its own)
-            e(f"        sc = stack_scratch({STAGE_BYTES})")
-        e("        ix = np.empty(max(nd, 1), np.int64)")
-        e("        r0 = t * per_task")
-        e("        r1 = min(rows, r0 + per_task)")
-        I = "        "
-        # the first row's offsets by division, the next ones counted (an odometer): two
-        # integer divisions a dimension per row cost about as much as a row of 64 pairs
-        e(f"{I}rem = r0")
-        for j in range(3):
-            e(f"{I}g{j} = 0")
-        e(f"{I}for d in range(nd - 1, -1, -1):")
-        e(f"{I}    ext = shape[d]")
-        e(f"{I}    ix[d] = rem % ext")
-        e(f"{I}    rem //= ext")
-        for j in range(3):
-            e(f"{I}    g{j} += ix[d] * strides[{j}, d]")
-        e(f"{I}for r in range(r0, r1):")
-        I += "    "
-        e(f"{I}p = np.int64(address_as_pointer(s2 + g2 * {isz[2]}, np.{st[2]})[0])")
-        e(f"{I}q0 = address_as_pointer(s0 + g0 * {isz[0]}, np.{st[0]})")
-        e(f"{I}q1 = address_as_pointer(s1 + g1 * {isz[1]}, np.{st[1]})")
-        e(f"{I}q3 = address_as_pointer(s3 + p * t3 * {isz[3]}, np.{st[3]})")
-        e(f"{I}q4 = address_as_pointer(s4 + p * t4 * {isz[4]}, np.{st[4]})")
-        if steps[0] == steps[1] and dts[0] == dts[1]:
-            # in place (y is x): one pointer read and written, which LLVM vectorises; with
-            # two, its overlap check sends every row to the scalar loop (fp16 12x slower)
-            e(f"{I}if s0 + g0 * {isz[0]} == s1 + g1 * {isz[1]} and yb == xb and st0 == st1:")
-            pair_loops(I + "    ", True)
-            e(f"{I}else:")
-            out_of_place(I + "    ")
-        else:
-            out_of_place(I)
-        next_row(I)
-        if stream:  # once per task: the rows' non-temporal stores drain meanwhile
-            e("        sfence()")
-        e("    return 0")
+    # the pool runs ``serial`` through rope_driver (one for every rope kernel)
+    e("\n\n@njit(**OPTS)")
+    e(f"def serial({ARGS}, serial_at, t0, t1):")
+    if WIDE:  # 512-bit vectors (see intrinsics.prefer_512_bit_vectors)
+        e("    prefer_512_bit_vectors()")
+    e("    nd = shape.shape[0]")
+    e("    rows = 1")
+    e("    for d in range(nd):")
+    e("        rows *= shape[d]")
+    e("    st0 = steps[0]")
+    e("    yb = steps[1]")
+    e("    st1 = steps[2]")
+    e("    xb = steps[3]")
+    e("    t3 = steps[4]")
+    e("    st3 = steps[5]")
+    e("    t4 = steps[6]")
+    e("    st4 = steps[7]")
+    # every position first: one outside the tables writes nothing. pos_ids repeat along
+    # the dimensions where their stride is 0 (the heads), which the check does not walk:
+    # (2048, 32, 128) visited 65,536 rows serially for 2,048 positions, 76 us of a 0.85 ms
+    # float16 call
+    e("    ix = np.zeros(max(nd, 1), np.int64)")
+    e("    cs = np.empty(max(nd, 1), np.int64)")
+    e("    crows = 1")
+    e("    for d in range(nd):")
+    e("        cs[d] = shape[d] if strides[2, d] != 0 else 1")
+    e("        crows *= cs[d]")
+    e("    g2 = 0")
+    e("    for r in range(crows if t0 < 0 or t1 < 0 else 0):")
+    e(f"        p = np.int64(address_as_pointer(s2 + g2 * {isz[2]}, np.{st[2]})[0])")
+    e("        if p < 0 or p >= maxpos:")
+    e("            return 1000")
+    e("        d = nd - 1")
+    e("        while d >= 0:")
+    e("            ix[d] += 1")
+    e("            g2 += strides[2, d]")
+    e("            if ix[d] < cs[d]:")
+    e("                break")
+    e("            ix[d] = 0")
+    e("            g2 -= cs[d] * strides[2, d]")
+    e("            d -= 1")
+    e("    if t0 < 0:")
+    e("        return 0")
+    e("    ntask = (rows + per_task - 1) // per_task")
+    e("    for t in range(t0, ntask if t1 < 0 else t1):")
+    if stream:  # allocated once, where the function starts
+        e(f"        sc = stack_scratch({STAGE_BYTES})")
+    e("        ix = np.empty(max(nd, 1), np.int64)")
+    e("        r0 = t * per_task")
+    e("        r1 = min(rows, r0 + per_task)")
+    I = "        "
+    # the first row's offsets by division, the next ones counted (an odometer): two
+    # integer divisions a dimension per row cost about as much as a row of 64 pairs
+    e(f"{I}rem = r0")
+    for j in range(3):
+        e(f"{I}g{j} = 0")
+    e(f"{I}for d in range(nd - 1, -1, -1):")
+    e(f"{I}    ext = shape[d]")
+    e(f"{I}    ix[d] = rem % ext")
+    e(f"{I}    rem //= ext")
+    for j in range(3):
+        e(f"{I}    g{j} += ix[d] * strides[{j}, d]")
+    e(f"{I}for r in range(r0, r1):")
+    I += "    "
+    e(f"{I}p = np.int64(address_as_pointer(s2 + g2 * {isz[2]}, np.{st[2]})[0])")
+    e(f"{I}q0 = address_as_pointer(s0 + g0 * {isz[0]}, np.{st[0]})")
+    e(f"{I}q1 = address_as_pointer(s1 + g1 * {isz[1]}, np.{st[1]})")
+    e(f"{I}q3 = address_as_pointer(s3 + p * t3 * {isz[3]}, np.{st[3]})")
+    e(f"{I}q4 = address_as_pointer(s4 + p * t4 * {isz[4]}, np.{st[4]})")
+    if steps[0] == steps[1] and dts[0] == dts[1]:
+        # in place (y is x): one pointer read and written, which LLVM vectorises; with
+        # two, its overlap check sends every row to the scalar loop (fp16 12x slower)
+        e(f"{I}if s0 + g0 * {isz[0]} == s1 + g1 * {isz[1]} and yb == xb and st0 == st1:")
+        pair_loops(I + "    ", True)
+        e(f"{I}else:")
+        out_of_place(I + "    ")
+    else:
+        out_of_place(I)
+    next_row(I)
+    if stream:  # once per task: the rows' non-temporal stores drain meanwhile
+        e("        sfence()")
+    e("    return 0")
     return PRELUDE + "\n".join(L) + "\n"
+
+
+ARGS = "s0, s1, s2, s3, s4, shape, strides, steps, half, maxpos, per_task"
+
+
+def rope_driver() -> native.Kernel:
+    """``parallel(<ARGS>, serial_at, t0, t1)``: a rope kernel on the thread pool, shared by
+    every rope kernel (a prange of each kernel's own took ~5 s to compile, 2.5-3.5x its
+    ``serial``). It asks the kernel's ``serial`` to check every position first (t0 = -1: check
+    only), then hands its tasks out in up to TASK_PIECES consecutive runs (``t0``, ``t1``
+    ignored)."""
+    args = ARGS.split(", ")
+    call = f"call_kernel(serial_at, ({', '.join(args)}, serial_at, "
+    L = [f"def parallel({ARGS}, serial_at, t0, t1):",
+         f"    r = {call}-1, 0))", "    if r != 0:", "        return r",
+         "    rows = 1", "    for d in range(shape.shape[0]):", "        rows *= shape[d]",
+         "    ntask = (rows + per_task - 1) // per_task",
+         f"    pieces = min(ntask, {TASK_PIECES})",
+         "    for c in prange(pieces):",
+         f"        {call}c * ntask // pieces, (c + 1) * ntask // pieces))",
+         "    return 0"]
+    return _driver("rope", L)
 
 
 class RopeKernel:
@@ -282,7 +305,7 @@ class RopeKernel:
         stream = (steps[0] in "12" and row_bytes % 64 == 0 and row_bytes <= STAGE_BYTES
                   and runtime.streams(n * (isz[0] + isz[1])))
         fns = kernels(f"rope_{prog.key[:10]}_{steps}{'_nt' if stream else ''}",
-                      source(prog, steps, stream), ("serial", "parallel"))
+                      source(prog, steps, stream), ("serial",))
         self.parallel = info.rows > 1 and n >= runtime.PARALLEL_THRESHOLD
         per_task = info.rows
         if self.parallel:
@@ -293,17 +316,23 @@ class RopeKernel:
         self._shape = np.array(lay.shape, dtype=np.int64)
         self._strides = np.array(lay.strides, dtype=np.int64).reshape(3, lay.ndim)
         self._steps = np.array([ya, yb, xa, xb, t3, s3, t4, s4], dtype=np.int64)
-        self._sizes = (info.half, info.max_pos, per_task)
         # fixed argument types (native.Kernel), as in elementwise.ElementwiseKernel
-        which = "parallel" if self.parallel else "serial"
-        args = (0, 0, 0, 0, 0, self._shape, self._strides, self._steps, *self._sizes)
-        self._fn = fns[which].specialize(*args)
-        self.meta = launcher_tables([*self._sizes, fns[which].address(*args)], info, range(5),
-                                    self._origins, (self._shape, self._strides, self._steps))
+        at = (0, 0, 0, 0, 0, self._shape, self._strides, self._steps, info.half, info.max_pos,
+              per_task, 0, 0, -1)
+        fn = rope_driver() if self.parallel else fns["serial"]
+        # (half, maxpos, per_task, serial_at, t0, t1): every task, positions checked first
+        self._sizes = (*at[8:11], fns["serial"].address(*at) if self.parallel else 0, 0, -1)
+        args = (*at[:8], *self._sizes)
+        self._fn = fn.specialize(*args)
+        self.meta = launcher_tables([*self._sizes[:3], fn.address(*args)], info, range(5),
+                                    self._origins, (self._shape, self._strides, self._steps,
+                                                    self._sizes[3:]))
         self.array_launcher_args = (self.meta,)
         self.array_launcher_checked = ndarray_abi.verified()
-        launch = launcher(list(range(5)), 5, 0, pairs, [("shape", 1), ("strides", 2), ("steps", 1)],
-                          ["shape", "strides", "steps", "meta[0]", "meta[1]", "meta[2]"])
+        launch = launcher(list(range(5)), 5, 0, pairs,
+                          [("shape", 1), ("strides", 2), ("steps", 1), ("tasks", 1)],
+                          ["shape", "strides", "steps", "meta[0]", "meta[1]", "meta[2]",
+                           "tasks[0]", "tasks[1]", "tasks[2]"])
         self.array_launcher = launch.specialize(*launcher_arrays(info.descs, {0}), self.meta)
 
     def launch_pointers(self, addresses, stream=None) -> int:
