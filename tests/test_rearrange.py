@@ -255,6 +255,42 @@ def test_large_parallel_nt_paths_bit_exact(thresholds):
     assert np.array_equal(out[3:3 + big.size], big) and not out[:3].any() and not out[3 + big.size:].any()
 
 
+@pytest.mark.parametrize("nt", [False, True])
+@pytest.mark.parametrize("kind, src_shape, view", [
+    ("transpose", (32, 9), lambda a: a.T),              # one task
+    ("transpose", (64 * 32, 9), lambda a: a.T),         # 64: one per piece
+    ("transpose", (65 * 32 + 5, 9), lambda a: a.T),     # 66 tasks in 64 pieces
+    ("transpose", (7, 40, 33), lambda a: a.transpose(0, 2, 1)),  # batches x row blocks
+    ("units", (1, 18), lambda a: a[:, ::2]),            # one unit
+    ("units", (64, 18), lambda a: a[:, ::2]),
+    ("units", (301, 18), lambda a: a[:, ::2]),          # 301 units in 64 pieces
+    ("units", (5, 3, 7), lambda a: a.transpose(1, 0, 2)),
+])
+def test_pool_runs_the_serial_kernel_by_address(monkeypatch, nt, kind, src_shape, view):
+    """On the pool a units or transpose copy runs through a small prange driver that hands runs
+    of tasks to the kernel's ``serial`` at its address (one body compiles for both): every task
+    runs once, whether there are fewer tasks than the driver's 64 pieces, as many or more."""
+    from infiniop.backends.cpu import rearrange_kernels as rk
+
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 0)
+    if nt:
+        monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 0)
+    serial = rk.units_serial if kind == "units" else rk.transpose_serial
+    asked = []
+    monkeypatch.setattr(serial, "address", lambda *a: asked.append(a) or type(serial).address(
+        serial, *a))
+    rng = np.random.default_rng(len(src_shape) + src_shape[0])
+    src = view(rng.integers(0, 2**31, src_shape, dtype=np.int32).view(np.float32))
+    buf = np.zeros(src.size + 32, np.float32)
+    dst = buf[16:16 + src.size].reshape(src.shape)
+    d = create_rearrange_descriptor(H, TensorDescriptor.from_array(dst), TensorDescriptor.from_array(src))
+    assert d.meta.kind == kind
+    d.calculate(dst, src)
+    assert np.array_equal(dst.view(np.int32), src.view(np.int32))
+    assert not buf[:16].any() and not buf[16 + src.size:].any()
+    assert asked and all(a[-2:] == (0, -1) for a in asked)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("rows,cols", [(2100, 40), (2048, 48), (8300, 5), (100, 70)])
 def test_long_rows_forced_nt(thresholds, dtype, rows, cols):

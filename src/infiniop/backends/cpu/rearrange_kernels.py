@@ -18,9 +18,10 @@ argument: an empty uint8/16/32/64 array), never by dtype or operator:
   an L1/L2 scratch and streamed out as contiguous runs of whole NT lines.
 
 All kernels take raw addresses; the descriptor has checked the buffers. Serial variants run
-below ``runtime.PARALLEL_THRESHOLD`` elements; ``prange`` (TBB) above. Their Numba source is in
-``rearrange_jit``; ``build`` binds a plan to a ``native.Kernel`` specialisation, so a cached
-kernel runs without importing Numba.
+below ``runtime.PARALLEL_THRESHOLD`` elements; above it the pool (``prange``, TBB): memcpy's own
+loop, and for units and transposes a small driver calling their ``serial`` by address
+(``_bind``). Their Numba source is in ``rearrange_jit``; ``build`` binds a plan to a
+``native.Kernel`` specialisation, so a cached kernel runs without importing Numba.
 """
 
 from __future__ import annotations
@@ -63,6 +64,16 @@ def staging(meta):
     return STAGE_SEGMENT_BYTES // unit, STAGE_LONG_COLS, group
 
 
+def _bind(serial, driver, marker, args, parallel: bool) -> tuple:
+    """(callable, its trailing arguments): ``serial`` doing every task (0, -1), or the pool's
+    ``driver`` handing runs of tasks to ``serial`` at its address. Fixed argument types: see
+    ``native.Kernel``."""
+    if not parallel:
+        return serial.specialize(marker, 0, 0, *args, 0, -1), (0, -1)
+    tail = (serial.address(marker, 0, 0, *args, 0, -1),)
+    return driver.specialize(marker, 0, 0, *args, *tail), tail
+
+
 def build(meta):
     """A callable ``run(dst_address, src_address)`` for a planned rearrange (``RearrangeMeta``).
 
@@ -81,13 +92,13 @@ def build(meta):
     marker = MARKERS[meta.word]
     if kind == "memcpy":
         big = meta.unit >= _PARALLEL_COPY_BYTES or runtime.PARALLEL_THRESHOLD == 0
-        fn = memcpy_parallel if big else memcpy_serial
         args = (meta.unit, runtime.streams(moved, 2))
+        kernel = (memcpy_parallel if big else memcpy_serial).specialize(marker, 0, 0, *args)
     elif kind == "units":
-        fn = units_parallel if parallel else units_serial
         args = (meta.shape, meta.dst_strides, meta.src_strides, meta.unit, meta.units, nt)
+        kernel, tail = _bind(units_serial, units_parallel, marker, args, parallel)
+        args += tail
     else:
-        fn = transpose_parallel if parallel else transpose_serial
         tr, ct = TILES[meta.unit]
         common = (meta.shape, meta.dst_strides, meta.src_strides, meta.rows, meta.cols,
                   meta.row_src, meta.col_dst, meta.batches)
@@ -96,25 +107,26 @@ def build(meta):
             unit = meta.unit
             trb, kb, group = staging(meta)
             staged = common + (trb, 1, kb, group, 0, True, True)
-            if not meta.rows_aligned:
-                args = staged
-            else:
+            kernel, tail = _bind(transpose_serial, transpose_parallel, marker, staged, True)
+            staged += tail
+            if meta.rows_aligned:
                 long_rows = meta.rows * unit >= DIRECT_MIN_ROW_BYTES
-                kernel = fn.specialize(marker, 0, 0, *staged)
 
                 def run(dst, src, _k=kernel, _m=marker, _d=doff, _s=soff, _a=args, _st=staged,
-                        _long=long_rows, stream=None):
+                        _t=tail, _long=long_rows, stream=None):
                     d = dst + _d
                     head = ((-d) & 63) // unit if d % unit == 0 else 0
                     if head == 0 or (_long and d % unit == 0):
-                        _k(_m, d, src + _s, *_a, head, True, False)
+                        _k(_m, d, src + _s, *_a, head, True, False, *_t)
                     else:
                         _k(_m, d, src + _s, *_st)
 
                 return run
+            args = staged
         else:
             args += (0, nt, False)
-    kernel = fn.specialize(marker, 0, 0, *args)  # fixed argument types: see native.Kernel
+            kernel, tail = _bind(transpose_serial, transpose_parallel, marker, args, parallel)
+            args += tail
 
     def run(dst, src, _k=kernel, _m=marker, _d=doff, _s=soff, _a=args, stream=None):
         _k(_m, dst + _d, src + _s, *_a)
