@@ -1218,6 +1218,34 @@ def test_rope_kernels_share_one_pool_driver(handle, monkeypatch):
     assert len(fns) == 1
 
 
+def test_math_heavy_rows_use_the_pool_sooner(handle, monkeypatch):
+    """Rows whose per-element work is math-heavy (the softmax family's exp) run on the pool from
+    an eighth of runtime.PARALLEL_THRESHOLD elements (``rows.pool_threshold``), the norms only
+    from all of it; on the pool they keep the serial call's bits."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    rng = np.random.default_rng(36)
+    T = TensorDescriptor.from_array
+
+    def kernels(x):
+        w = np.ones(x.shape[-1], x.dtype)
+        return {"softmax": infiniop.create_softmax_descriptor(handle, T(x), T(x), axis=-1),
+                "logsoftmax": infiniop.create_logsoftmax_descriptor(handle, T(x), T(x), dim=-1),
+                "causal_softmax": infiniop.create_causal_softmax_descriptor(handle, T(x), T(x)),
+                "rms_norm": infiniop.create_rms_norm_descriptor(handle, T(x), T(x), T(w))}
+
+    monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 8 * 1024)
+    on_pool = {name: d._kernel.parallel for name, d in kernels(np.empty((4, 256), np.float32)).items()}
+    assert on_pool == {"softmax": True, "logsoftmax": True, "causal_softmax": True, "rms_norm": False}
+    assert not any(d._kernel.parallel for d in kernels(np.empty((4, 255), np.float32)).values())
+    x = draw(rng, np.float32, (16, 64, 96), 3)  # tasks of a few rows on the pool
+    for op, kw in (("softmax", {"axis": -1}), ("logsoftmax", {"dim": -1}), ("causal_softmax", {})):
+        pooled = run(handle, op, [np.empty_like(x)], [x], **kw)[0]
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1 << 40)
+        assert_exact(pooled, run(handle, op, [np.empty_like(x)], [x], **kw)[0])
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 8 * 1024)
+
+
 def test_rope_position_dtypes(handle):
     rng = np.random.default_rng(13)
     x = draw(rng, np.float32, (6, 2, 8))

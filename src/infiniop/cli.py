@@ -69,7 +69,8 @@ def _info() -> int:
     print(f"threads {runtime.num_threads()} (layer {runtime.threading_layer()}, "
           f"TBB found: {runtime.have_tbb()})")
     print(f"parallel above {runtime.PARALLEL_THRESHOLD} elements (math-heavy elementwise "
-          f"bodies: an eighth of it, at least two 64 KiB blocks); non-temporal stores from "
+          f"bodies: an eighth of it, at least two 64 KiB blocks; the softmax family's rows: an "
+          f"eighth); non-temporal stores from "
           f"{runtime.NT_THRESHOLD_BYTES / 2**20:g} MiB moved (read + written)")
     print(f"kernel cache {kernel_cache.root()} ({kernel_cache.usage() / 1e6:.1f} MB)")
     return 0

@@ -1217,12 +1217,24 @@ def interleave(program) -> int:
     bodies, over the per-element part; HEAVY_INTERLEAVE for bf16 row outputs too. A/B, (2048,
     4096), 2 threads: softmax -5/-9/-12% (f32/f16/bf16), logsoftmax -1/-9/-15%, rms_norm bf16
     -22%; rms_norm f32/f16 were 13%/6% slower with it, so light bodies keep LLVM's choice."""
-    cache = program.nelem + len(program.reductions) + 1      # the last stage's kept values
-    _, per_element = hoist([r.expr for st in program.stages for r in st] + list(program.results),
-                           lambda k: k < program.nelem or k == cache, 1 << 20)
+    per_element = _per_element(program)
     bf16 = any(s.dtype is DType.BF16 and k == "row" and s.store is not None
                for s, k in zip(program.slots, program.kinds))
     return interleave_for(per_element) or (HEAVY_INTERLEAVE if bf16 else 0)
+
+
+def _per_element(program) -> list:
+    """The expressions a row program computes per element (row statistics hoisted out)."""
+    cache = program.nelem + len(program.reductions) + 1      # the last stage's kept values
+    _, per_element = hoist([r.expr for st in program.stages for r in st] + list(program.results),
+                           lambda k: k < program.nelem or k == cache, 1 << 20)
+    return per_element
+
+
+def math_heavy(program) -> bool:
+    """Whether a row program's per-element work is math-heavy (the softmax family's exp; not
+    the norms): see ``rows.pool_threshold``."""
+    return is_heavy(_per_element(program))
 
 
 def row_driver(kind: str, nslots: int, nparams: int):

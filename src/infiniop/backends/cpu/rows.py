@@ -8,7 +8,7 @@ from ...rows.spec import lanes_for
 from . import ndarray_abi, runtime
 from .elementwise import launcher_arrays
 from .elementwise_kernels import launcher_tables
-from .row_kernels import kernel_functions
+from .row_kernels import kernel_functions, math_heavy
 
 # elements a parallel task takes once there are 8 tasks a thread (fewer tasks: fewer scratch
 # allocations and cold task starts). 2^18 against 2^15, AMD EPYC Zen 4, 2026-11-27, same bits,
@@ -26,6 +26,18 @@ TASK_ELEMS = 1 << 18
 LANE_BYTES = 1 << 18
 
 
+def pool_threshold(program) -> int:
+    """Elements from which a row call runs on the thread pool: runtime.PARALLEL_THRESHOLD, or an
+    eighth of it for a math-heavy program (the softmax family, ~1 ns an element), as for
+    elementwise bodies (``elementwise.parallel_threshold``). AMD EPYC Zen 3, 2 threads, 2026-11-29,
+    serial and pool descriptors alternating in one process, medians of 3001 calls, three runs:
+    softmax float32 (32, 2048) 43-58 -> 27-48 us, (64, 1024) 40-52 -> 27-38, (16, 2048) 21-30 ->
+    16-26, logsoftmax (32, 2048) 42-55 -> 28-51, causal_softmax (32, 4, 512) 61-67 -> 40-51,
+    (32, 1, 2048) 43-63 -> 40-50; fp16/bf16 likewise (softmax (32, 2048) 47-52 -> 30-39)."""
+    base = runtime.PARALLEL_THRESHOLD
+    return base // 8 if math_heavy(program) else base
+
+
 class RowKernel:
     """``launch_pointers(addresses)`` (one address per operand, None for an absent optional
     one; buffers checked by the caller) and ``array_launcher(*arrays, *params,
@@ -38,7 +50,7 @@ class RowKernel:
         isz = [s.dtype.itemsize for s in slots]
         n, rows = info.n, info.rows
         threads = runtime.num_threads()
-        self.parallel = rows > 1 and rows * max(n, 1) >= runtime.PARALLEL_THRESHOLD
+        self.parallel = rows > 1 and rows * max(n, 1) >= pool_threshold(prog)
         inner = "".join("1" if st[-1] == 1 else "0" if st[-1] == 0 else "g"
                         for st in lay.strides) if info.kind == "col" else ""
         row_outputs = [j for j, (s, kd) in enumerate(zip(slots, prog.kinds))
