@@ -436,7 +436,8 @@ def test_causal_zeros_stored_as_blocks(handle, monkeypatch, dt):
     """A causal row's elements past its v are stored as zeros without being computed: whole
     blocks of them when streamed (row_kernels' ``masked_block``), a plain loop otherwise. Rows
     of 1 to 700 of 700 columns, streamed and not, into an output 2 bytes past a line (a peeled
-    head): exactly +0.0 where masked, the same bits either way, close to the float64 softmax."""
+    head) and in place (blocks staged): exactly +0.0 where masked, the same bits either way,
+    close to the float64 softmax."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     x = draw(np.random.default_rng(14), dt, (1, 700, 700), 3)
@@ -451,6 +452,8 @@ def test_causal_zeros_stored_as_blocks(handle, monkeypatch, dt):
     for out in (infiniop.empty_aligned(x.shape, dt), buf[1:].reshape(1, 700, 704)[:, :, :700]):
         out[...] = np.nan  # every element is written
         assert_exact(run(handle, "causal_softmax", [out], [x])[0], base)
+        out[...] = x  # in place: blocks staged through the stack (aliasing_risk)
+        assert_exact(run(handle, "causal_softmax", [out], [out])[0], base)
 
 
 def test_rows_with_every_layout(handle):

@@ -912,25 +912,34 @@ class _Gen:
             self.masked_block(I + "    ", outs_j, k)
         B = I + "    "
         risk = self.aliasing_risk(outs_j)
+        if self.p.causal:  # see unmasked_block
+            self.unmasked_block(B, outs_j, k, values, risk)
         if risk:  # see aliasing_risk
             e(f"{B}if {risk}:")
             self.staged_block(B + "    ", outs_j, k, values)
             e(f"{B}    continue")
-        if self.p.causal:  # see unmasked_block
-            self.unmasked_block(B, outs_j, k, values)
         self.block(B, outs_j, k, values, word_loads)
 
-    def unmasked_block(self, I: str, outs_j: list[int], k: int, values) -> None:
+    def unmasked_block(self, I: str, outs_j: list[int], k: int, values, risk: str) -> None:
         """A causal row's block that ends at or before its v elements: no element is masked,
         so the block's loop stores its values without selecting 0 past ``v`` (only a row's
         last partial block does). The select per lane (a compare of the 64-bit index) made the
         block loop 1.4-1.5x slower. AMD EPYC Zen 3, 2026-11-29, both generated kernels
         alternating in one process, same bits, medians: (4, 2048, 2048) one thread float32
         10.9 -> 7.9 ms, float16 10.6 -> 7.1, bfloat16 12.3 -> 9.6; (32, 2048, 2048) on the pool
-        float32 69-70 -> 49-51, float16 44-47 -> 31-38, bfloat16 61 -> 45."""
-        self.e(f"{I}if head + {k} * min(i0 + {_BLOCK // k}, words) <= v:")
-        self.block(I + "    ", outs_j, k, functools.partial(values, masked=False), None)
-        self.e(f"{I}    continue")
+        float32 69-70 -> 49-51, float16 44-47 -> 31-38, bfloat16 61 -> 45. In place (blocks
+        staged, ``aliasing_risk``) likewise: (32, 2048, 2048) took 1.4x the time out of place,
+        now the same (alternating processes, three rounds: float32 52-71 -> 37-45 ms, float16
+        42-64 -> 31-55)."""
+        e, J = self.e, I + "    "
+        plain = functools.partial(values, masked=False)
+        e(f"{I}if head + {k} * min(i0 + {_BLOCK // k}, words) <= v:")
+        if risk:  # in place, or 4K aliasing: staged (see aliasing_risk)
+            e(f"{J}if {risk}:")
+            self.staged_block(J + "    ", outs_j, k, plain)
+            e(f"{J}    continue")
+        self.block(J, outs_j, k, plain, None)
+        e(f"{J}continue")
 
     def block(self, B: str, outs_j: list[int], k: int, values, word_loads) -> None:
         """One block of whole lines of the row outputs, stored non-temporally as computed."""
