@@ -923,8 +923,8 @@ class _Gen:
     def unmasked_block(self, I: str, outs_j: list[int], k: int, values, risk: str) -> None:
         """A causal row's block that ends at or before its v elements: no element is masked,
         so the block's loop stores its values without selecting 0 past ``v`` (only a row's
-        last partial block does). The select per lane (a compare of the 64-bit index) made the
-        block loop 1.4-1.5x slower. AMD EPYC Zen 3, 2026-11-29, both generated kernels
+        last partial block does). The select per element made the block loop 1.4-1.5x
+        slower. AMD EPYC Zen 3, 2026-11-29, both generated kernels
         alternating in one process, same bits, medians: (4, 2048, 2048) one thread float32
         10.9 -> 7.9 ms, float16 10.6 -> 7.1, bfloat16 12.3 -> 9.6; (32, 2048, 2048) on the pool
         float32 69-70 -> 49-51, float16 44-47 -> 31-38, bfloat16 61 -> 45. In place (blocks
