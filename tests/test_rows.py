@@ -446,6 +446,8 @@ def test_causal_zeros_stored_as_blocks(handle, monkeypatch, dt):
     bits = np.uint32 if dt == np.float32 else np.uint16
     assert (base.view(bits)[mask] == 0).all()
     assert_close(base, ref_causal(x), dt)
+    inplace = x.copy()  # not streamed: the row staged through the stack (``in_place``)
+    assert_exact(run(handle, "causal_softmax", [inplace], [inplace])[0], base)
     monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
     monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 64)
     buf = infiniop.empty_aligned((700 * 704 + 1,), dt)
