@@ -263,13 +263,13 @@ def test_max_follows_the_reduction_order_bit_for_bit(handle, n, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["f32", "f16", "bf16"])
-@pytest.mark.parametrize("n", [5, 64, 100, 120, 4099])
+@pytest.mark.parametrize("n", [5, 16, 33, 64, 100, 120, 4099])
 def test_vector_maximum_keeps_the_lane_orders_bits(handle, dtype, n):
-    """A row's plain maximum runs in explicit vectors (intrinsics.row_max_*: 64 elements a step,
-    then 16 at a time, then a scalar tail) and falls back to the fixed lane order where that
-    decides the bits: a zero maximum (its sign follows the order) and a NaN anywhere (in a
-    vector step, a single vector or the tail). Every row gives the order's bits, in each dtype
-    the vectors load."""
+    """A row's plain maximum runs in explicit vectors from 16 elements on (intrinsics.row_max_*:
+    64 elements a step, then 16 at a time, then a scalar tail) and falls back to the fixed lane
+    order where that decides the bits: a zero maximum (its sign follows the order) and a NaN
+    anywhere (in a vector step, a single vector or the tail). Every row gives the order's bits,
+    in each dtype the vectors load."""
     rng = np.random.default_rng(n)
     x = draw(rng, dtype, (10, n), 3)
     x[8, max(0, n - 30)] = np.nan                        # a single vector's (n = 100, 120)

@@ -79,9 +79,13 @@ _PAIR_BLOCK = 64
 _DEFER_MIN = 4
 # the dtypes the row loops of intrinsics.py read, and their names' tags (row_max_f16, ...)
 _ROW_TAG = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}
-# shorter rows keep the lanes: one vector step is 64 elements, and a row of 16-32 took 6-24%
-# longer through row_max's scalar tail (softmax float32, (32768, 16) and (16384, 32))
-_ROW_MAX_MIN = 64
+# shorter rows keep the lanes. 64 (one step of four vectors) while rows of 16-32 went through
+# row_max's scalar tail (6-24% slower); with its single 16-lane vectors, rows of 16-63 are
+# faster through it (AMD EPYC Zen 3, 2026-11-29, generated kernels alternating in one process,
+# 2 threads, same bits: softmax float32 (32768, 16) 741 -> 671 us, (16384, 32) 436 -> 401,
+# (8192, 48) 287 -> 252, (8192, 63) 641 -> 626; float16 (16384, 32) 640 -> 567, (32768, 16)
+# 678 -> 606; bfloat16 (16384, 32) 477 -> 427)
+_ROW_MAX_MIN = 16
 
 
 def _render(roots, names: list[str], nparams: int, prefix: str,
@@ -349,7 +353,7 @@ class _Gen:
         pass), read along a unit-stride axis in float32/fp16/bf16: that stage runs as
         ``row_max_<dtype>`` (explicit vectors) and keeps the lane order for the rows where it
         decides the bits, a zero maximum (its sign) or a NaN (its payload), and for rows shorter
-        than one vector step (``_ROW_MAX_MIN``). Same bits; softmax
+        than one 16-lane vector (``_ROW_MAX_MIN``). Same bits; softmax
         4096 x 4096 one thread, rows in L2: float32 0.409 -> 0.375 ns an element, fp16 0.363
         -> 0.343, bf16 0.412 -> 0.394 (from memory 5-8%)."""
         if (self.kind != "row" or len(stage) != 1 or stage[0].op != "max" or stage[0].cached
