@@ -325,6 +325,48 @@ def test_row_sum_intrinsics_keep_each_lanes_order(dtype, square):
     assert (other.view(np.uint32) != want.view(np.uint32)).any()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_lanes_sum_halves_in_the_lane_order(dtype):
+    """lanes_sum_* (a sum's last lanes halved in registers) adds lane l and lane l + m/2, then
+    again, for every m the row kernels hand it (1 to LANES_SUM_MAX), bit for bit: values over
+    24 binades (another pairing rounds differently), and lanes holding -0.0, inf and NaN."""
+    from numba import njit
+
+    from infiniop.backends.cpu import intrinsics as intr
+    from infiniop.backends.cpu import row_kernels
+
+    assert row_kernels._LANES_SUM_MAX == intr.LANES_SUM_MAX
+    fn = intr.lanes_sum_f32 if dtype is np.float32 else intr.lanes_sum_f64
+
+    @njit
+    def total(addr, m):
+        return fn(addr, m)
+
+    def halved(v):
+        while v.size > 1:
+            v = v[:v.size // 2] + v[v.size // 2:]
+        return v[0]
+
+    rng = np.random.default_rng(8)
+    orders = 0
+    for m in [2 ** i for i in range(6)]:
+        for trial in range(20):
+            v = (rng.standard_normal(m) * 2.0 ** rng.integers(-12, 12, m)).astype(dtype)
+            if trial == 1:
+                v[rng.integers(0, m)] = -0.0
+            if trial == 2 and m > 1:
+                v[:] = -0.0
+            if trial == 3:
+                v[rng.integers(0, m)] = np.inf
+            if trial == 4:
+                v[rng.integers(0, m)] = np.nan
+            got, want = np.array([total(v.ctypes.data, m)], dtype), np.array([halved(v.copy())], dtype)
+            assert np.array_equal(got.view(np.uint8), want.view(np.uint8)) \
+                or (np.isnan(got[0]) and np.isnan(want[0])), (m, trial, got, want)
+            orders += m > 2 and halved(v[::-1].copy()) != want[0]
+    assert orders > 0  # the test can see a pairing: the reversed one differs somewhere
+
+
 # --------------------------------------------------------------------------------- values
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=["f16", "bf16", "f32", "f64"])

@@ -313,7 +313,7 @@ from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
     f64_to_f32_odd, bitcast, prefer_512_bit_vectors, prefetch, prefetch_l2, stack_scratch, pointer_address,
     opaque, canonical, row_max_f32, row_max_f16, row_max_bf16, row_sum_f16, row_sum_bf16,
-    row_sumsq_f16, row_sumsq_bf16, select, minimum, maximum)
+    row_sumsq_f16, row_sumsq_bf16, select, minimum, maximum, lanes_sum_f32, lanes_sum_f64)
 from infiniop.backends.cpu.transpose import tile_transpose, tile_transpose_256
 from infiniop.backends.cpu.arrays import layout_end
 
