@@ -8,6 +8,7 @@ compares the two backends directly.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -667,9 +668,11 @@ def test_streamed_rows_stage_where_stores_would_alias(handle, monkeypatch, dtype
     """Row outputs stream straight from the compute loop, except a block whose
     output row starts 1-80 bytes ahead of an input of its size mod 4096 (row_kernels'
     ``aliasing_risk``: 4K aliasing), which goes through a stack chunk. Inputs at 16 bytes into
-    a page, the output swept over every 64-byte offset of a page: rms_norm and layer_norm's two
-    row outputs (every row operator streams through the same code) give the serial loop's
-    bits, and nothing outside the outputs is written."""
+    a page, the output swept over every 64-byte offset of a page: rms_norm, and layer_norm's
+    and add_rms_norm's two row outputs (every row operator streams through the same code; two
+    outputs at one offset mod 4096 are stored one loop each, ``_store_loops``, so
+    add_rms_norm's also run 1024 bytes apart) give the serial loop's bits, and nothing outside
+    the outputs is written."""
     if IN_TRITON:
         pytest.skip("CPU kernels")
     rng = np.random.default_rng(13)
@@ -684,11 +687,14 @@ def test_streamed_rows_stage_where_stores_would_alias(handle, monkeypatch, dtype
         return out
 
     x = at_page(draw(rng, dtype, (rows, n), 3), 16)
+    x2 = at_page(draw(rng, dtype, (rows, n), 3), 16)
     w = at_page(draw(rng, dtype, (n,)), 16)
 
-    def calls(out):
+    def calls(out, apart=None):
         return [run(handle, "rms_norm", [out()], [x, w], epsilon=1e-6)[0],
-                *run(handle, "layer_norm", [out(), out(), np.empty(rows, dtype)], [x, w, w])[:2]]
+                *run(handle, "layer_norm", [out(), out(), np.empty(rows, dtype)], [x, w, w])[:2],
+                *run(handle, "add_rms_norm", [out(), out()], [x, x2, w], epsilon=1e-6),
+                *run(handle, "add_rms_norm", [out(), (apart or out)()], [x, x2, w], epsilon=1e-6)]
 
     base = calls(lambda: np.empty_like(x))
     monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 1)
@@ -702,7 +708,8 @@ def test_streamed_rows_stage_where_stores_would_alias(handle, monkeypatch, dtype
             bufs.append((raw, start))
             return raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
 
-        for got, want in zip(calls(out), base):
+        apart = functools.partial(out, (page_offset + 1024) % 4096)
+        for got, want in zip(calls(out, apart), base, strict=True):
             assert_exact(got, want)
         for raw, start in bufs:
             assert (raw[:start] == CANARY).all() and (raw[start + x.nbytes:] == CANARY).all()
