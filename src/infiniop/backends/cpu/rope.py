@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...dtype import DType
 from . import native, ndarray_abi, runtime
 from .codegen import kernels
 from .elementwise import launcher_arrays
@@ -24,10 +23,8 @@ from .elementwise_kernels import (
     _driver,
     _load,
     _store,
-    bf16_lane,
     launcher,
     launcher_tables,
-    packed_word,
 )
 from .row_kernels import _render
 
@@ -39,50 +36,35 @@ def _step(v: int) -> str:
     return str(v) if v in (1, 2) else "g"
 
 
-# GPT-J's interleaved pairs, each (a, b) read and written as one word of its two elements: a
-# unit-stride loop that vectorises (shifts and masks), where stride-2 element accesses did not
-# (AMD EPYC Zen 4, (2048, 32, 128), 2 threads: fp16 4.57 ms against 0.97 for NeoX's halves)
-WORDS = {DType.F16: 32, DType.BF16: 32, DType.F32: 64}
-
-
-def word_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str,
-               y_at: str = "", nt: bool = False) -> None:
-    """Emit the word loop of a GPT-J row (pairs adjacent: yb = xb = 1, both rows aligned to a
-    pair) storing through ``out`` (``w0``, or ``w1`` in place; ``w0`` at ``y_at``, a staged
-    row's stack chunk, when given; non-temporally when ``nt``, for rows starting on a line),
-    then ``else:`` for the element loop the caller emits."""
-    dt = dts[0]
-    bits = WORDS[dt]
-    u = f"np.uint{bits}"
+def adjacent_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str,
+                   y_at: str = "", nt: bool = False) -> None:
+    """Emit the loop of a GPT-J row whose pairs are adjacent (yb = xb = 1), reading and writing
+    its elements at constant steps (``2 * i``, ``2 * i + 1``), which LLVM vectorises as
+    interleaved accesses, where the step as a variable (``i * 2 + xb``) it did not; then
+    ``else:`` for the element loop the caller emits. Stores go through ``out`` (``h0``, or
+    ``h1`` in place; ``h0`` at ``y_at``, a staged row's stack chunk, when given;
+    non-temporally when ``nt``, for rows starting on a line). Until 2026-11-29 such rows were
+    read and written a pair per 32- or 64-bit word (shifts and masks); (2048, 32, 128), AMD
+    EPYC Zen 3, the two kernels alternating in one process, same bits: float16 1.86-2.09 ->
+    1.44-1.53 ms, float32 2.27-2.80 -> 2.10-2.56, bfloat16 2.06-2.15 -> 2.01-2.06; (16, 32,
+    128) on one thread 18 -> 14-15 us (float32, float16)."""
+    st = STORAGE[dts[0]]
     on_line = f" and (s0 + g0 * {isz}) & 63 == 0" if nt else ""
-    e(f"{I}if yb == 1 and xb == 1 and (s0 + g0 * {isz}) % {2 * isz} == 0 "
-      f"and (s1 + g1 * {isz}) % {2 * isz} == 0{on_line}:")
+    e(f"{I}if yb == 1 and xb == 1{on_line}:")
     J = I + "    "
-    e(f"{J}w0 = address_as_pointer({y_at or f's0 + g0 * {isz}'}, {u})")
-    e(f"{J}w1 = address_as_pointer(s1 + g1 * {isz}, {u})")
+    e(f"{J}h0 = address_as_pointer({y_at or f's0 + g0 * {isz}'}, np.{st})")
+    e(f"{J}h1 = address_as_pointer(s1 + g1 * {isz}, np.{st})")
     e(f"{J}for i in range(half):")
     K = J + "    "
-    e(f"{K}wd = w1[i]")
-    if dt is DType.BF16:
-        e(f"{K}a = {bf16_lane('wd', 0)}")
-        e(f"{K}b = {bf16_lane('wd', 1)}")
-    elif dt is DType.F16:
-        e(f"{K}a = f16_to_f32(np.uint16(wd & np.uint32(0xFFFF)))")
-        e(f"{K}b = f16_to_f32(np.uint16(wd >> np.uint32(16)))")
-    else:
-        e(f"{K}a = bitcast(np.uint32(wd & np.uint64(0xFFFFFFFF)), np.float32)")
-        e(f"{K}b = bitcast(np.uint32(wd >> np.uint64(32)), np.float32)")
+    e(f"{K}a = {_load(dts[1], 'h1[2 * i]')}")
+    e(f"{K}b = {_load(dts[1], 'h1[2 * i + 1]')}")
     e(f"{K}sn = {_load(dts[3], f'q3[{idx(3)}]')}")
     e(f"{K}cs = {_load(dts[4], f'q4[{idx(4)}]')}")
     for line in lines:
         e(K + line)
-    ys = [_store(dt, o, r.dtype) for o, r in zip(outs, results)]
-    if dt is DType.F32:
-        lo, hi = (f"np.uint64(bitcast({v}, np.uint32))" for v in ys)
-        word = f"{lo} | ({hi} << np.uint64(32))"
-    else:
-        word = packed_word(ys, 16)
-    e(f"{K}nt_store({out}, i, {word})" if nt else f"{K}{out}[i] = {word}")
+    for at, v, r in (("2 * i", outs[0], results[0]), ("2 * i + 1", outs[1], results[1])):
+        value = _store(dts[0], v, r.dtype)
+        e(f"{K}nt_store({out}, {at}, {value})" if nt else f"{K}{out}[{at}] = {value}")
     e(f"{I}else:")
 
 
@@ -102,16 +84,16 @@ def source(prog, steps: str, stream: bool = False) -> str:
         return base + off
 
     def pair_loops(I: str, inplace: bool, staged: bool = False, direct: bool = False) -> None:
-        """A row's pairs: words (GPT-J, where they fit) or elements; stored through x's
+        """A row's pairs: adjacent (GPT-J, at constant steps) or at any steps; stored through x's
         pointer and steps when ``inplace``, into the stack chunk ``sc`` (y's layout) when
         ``staged``, non-temporally through ``qd`` (y's row, its halves whole lines on a line)
         when ``direct``."""
         o, ob = (1, "xb") if inplace else (0, "yb")
         J = I
-        if steps[:2] == "22" and dts[0] == dts[1] and dts[0] in WORDS:
+        if steps[:2] == "22" and dts[0] == dts[1]:
             J += "    "
-            word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, f"w{o}",
-                       "sc" if staged else "")
+            adjacent_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, f"h{o}",
+                           "sc" if staged else "")
         e(f"{J}for i in range(half):")
         K = J + "    "
         xa, xb = idx(1), idx(1, " + xb")
@@ -147,11 +129,11 @@ def source(prog, steps: str, stream: bool = False) -> str:
             e(f"{J}qd = address_as_pointer(s0 + g0 * {isz[0]}, np.{st[0]})")
             pair_loops(J, False, direct=True)
             e(f"{I}elif (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
-        elif steps[:2] == "22" and dts[0] == dts[1] and dts[0] in WORDS:
-            # GPT-J rows on a line read and written as words: stored likewise as computed
-            # ((2048, 32, 128), same measurement: 1-8% faster in each dtype)
-            word_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, "w0", nt=True)
-            I, J = J, J + "    "  # the rows below go in word_pairs' trailing ``else:``
+        elif steps[:2] == "22" and dts[0] == dts[1]:
+            # GPT-J rows on a line: stored likewise as computed ((2048, 32, 128), same
+            # measurement with the pairs as words: 1-8% faster in each dtype)
+            adjacent_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, "h0", nt=True)
+            I, J = J, J + "    "  # the rows below go in adjacent_pairs' trailing ``else:``
             e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
         else:
             e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
