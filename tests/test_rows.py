@@ -1157,8 +1157,8 @@ def test_rope_in_place_reads_and_writes_one_pointer(handle, algo):
 def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
     """Large out-of-place calls compute each row whose y is one run of whole lines starting on
     a line into a stack chunk and store it from there non-temporally (``rope.source(...,
-    stream=True)``; NeoX rows whose halves are whole lines each, and GPT-J rows read and
-    written as words, stream as computed); other rows (y 16 bytes past a line, as NumPy
+    stream=True)``; NeoX rows whose halves are whole lines each, and GPT-J rows not 1-80 bytes
+    ahead of x mod 4096, stream as computed); other rows (y 16 bytes past a line, as NumPy
     allocates; padded rows, some on a line and some not; x one element past a pair), in-place
     calls and rows of partial lines store as before. The same bits in every case; the
     condition as generated."""
@@ -1208,8 +1208,21 @@ def test_rope_streamed_rows(handle, monkeypatch, algo, dtype):
     xs = infiniop.empty_aligned((x.size + 1,), dtype)[1:].reshape(x.shape)  # x's pairs split
     xs[...] = x
     assert_exact(rope(at(0, x.shape, dtype), xs, sin, cos), want)
-    if algo == 0:  # GPT-J rows on a line stream as computed
-        assert "nt_store(h0, 2 * i + 1, " in cpu_rope.source(d.info.program, steps, True)
+
+    def at_page(offset, shape):  # ``offset`` bytes into a page
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        raw = np.empty(n + 8192, np.uint8)
+        start = (-raw.ctypes.data) % 4096 + offset
+        return raw[start:start + n].view(dtype).reshape(shape)
+
+    xp = at_page(16, x.shape)
+    xp[...] = x
+    for y_at in (64, 128, 16):  # y 48 bytes ahead of x mod 4096 (GPT-J: staged), 112, 0
+        assert_exact(rope(at_page(y_at, x.shape), xp, sin, cos), want)
+    if algo == 0:  # GPT-J rows on a line stream as computed, unless 4K aliasing threatens
+        src = cpu_rope.source(d.info.program, steps, True)
+        assert "nt_store(h0, 2 * i + 1, " in src
+        assert "and not (0 < ((pointer_address(q0) - pointer_address(q1)) & 4095) <= 80" in src
     if algo == 1:  # NeoX halves of whole lines stream as computed (through ``qd``)
         assert "nt_store(qd, i, " in cpu_rope.source(d.info.program, steps, True)
         for dh in (32, 96, 128):  # halves of 32 to 512 bytes: whole lines or not, vector tails

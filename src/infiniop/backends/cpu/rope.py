@@ -23,6 +23,7 @@ from .elementwise_kernels import (
     _driver,
     _load,
     _store,
+    aliasing_test,
     launcher,
     launcher_tables,
 )
@@ -37,20 +38,20 @@ def _step(v: int) -> str:
 
 
 def adjacent_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str,
-                   y_at: str = "", nt: bool = False) -> None:
+                   y_at: str = "", nt: str = "") -> None:
     """Emit the loop of a GPT-J row whose pairs are adjacent (yb = xb = 1), reading and writing
     its elements at constant steps (``2 * i``, ``2 * i + 1``), which LLVM vectorises as
     interleaved accesses, where the step as a variable (``i * 2 + xb``) it did not; then
     ``else:`` for the element loop the caller emits. Stores go through ``out`` (``h0``, or
     ``h1`` in place; ``h0`` at ``y_at``, a staged row's stack chunk, when given;
-    non-temporally when ``nt``, for rows starting on a line). Until 2026-11-29 such rows were
+    non-temporally when ``nt`` (the further condition: rows starting on a line, and not at 4K
+    aliasing's risk). Until 2026-11-29 such rows were
     read and written a pair per 32- or 64-bit word (shifts and masks); (2048, 32, 128), AMD
     EPYC Zen 3, the two kernels alternating in one process, same bits: float16 1.86-2.09 ->
     1.44-1.53 ms, float32 2.27-2.80 -> 2.10-2.56, bfloat16 2.06-2.15 -> 2.01-2.06; (16, 32,
     128) on one thread 18 -> 14-15 us (float32, float16)."""
     st = STORAGE[dts[0]]
-    on_line = f" and (s0 + g0 * {isz}) & 63 == 0" if nt else ""
-    e(f"{I}if yb == 1 and xb == 1{on_line}:")
+    e(f"{I}if yb == 1 and xb == 1{f' and {nt}' if nt else ''}:")
     J = I + "    "
     e(f"{J}h0 = address_as_pointer({y_at or f's0 + g0 * {isz}'}, np.{st})")
     e(f"{J}h1 = address_as_pointer(s1 + g1 * {isz}, np.{st})")
@@ -131,8 +132,15 @@ def source(prog, steps: str, stream: bool = False) -> str:
             e(f"{I}elif (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
         elif steps[:2] == "22" and dts[0] == dts[1]:
             # GPT-J rows on a line: stored likewise as computed ((2048, 32, 128), same
-            # measurement with the pairs as words: 1-8% faster in each dtype)
-            adjacent_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, "h0", nt=True)
+            # measurement with the pairs as words: 1-8% faster in each dtype); through the
+            # stack chunk where y starts 1-80 bytes ahead of x mod 4096 (4K aliasing, as in the
+            # elementwise and row kernels): y 48 bytes ahead (a 64-byte aligned y, a NumPy x),
+            # AMD EPYC Zen 3, 2026-11-29, both kernels alternating in one process, two runs:
+            # float32 2.43-2.67 -> 2.21-2.31 ms, float16 1.59-1.68 -> 1.55-1.61, bfloat16
+            # 1.88-2.42 -> 1.38-2.15 (NeoX staged there: float16 3-8% slower, kept direct)
+            direct = (f"(s0 + g0 * {isz[0]}) & 63 == 0 and not ("
+                      f"{aliasing_test(['q0'], ['q1'])})")
+            adjacent_pairs(e, I, dts, isz[0], lines, outs, prog.results, idx, "h0", nt=direct)
             I, J = J, J + "    "  # the rows below go in adjacent_pairs' trailing ``else:``
             e(f"{I}if (s0 + g0 * {isz[0]}) & 63 == 0 and {run}:")
         else:
