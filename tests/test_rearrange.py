@@ -295,6 +295,45 @@ def test_pool_runs_the_serial_kernel_by_address(monkeypatch, nt, kind, src_shape
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
+def test_transposes_from_every_source_alignment(dtype, monkeypatch):
+    """A transpose's micro-tiles start where its source rows are TILE_ROW_BYTES aligned
+    (``rearrange_jit._aligned_column``: a partial tile first), so the source may start at any
+    unit of a 64-byte line: 2-D and batched (NCHW -> NHWC) transposes, columns that are whole
+    tiles and not, row strides that keep every row's alignment and one that does not (no
+    shift there), serial
+    and on the pool with non-temporal stores; every byte as ``np.copyto`` gives, the source
+    untouched, nothing written outside the destination."""
+    if os.environ.get("INFINIOP_TRITON_WORKER") == "1":
+        pytest.skip("CPU kernels")
+    isz = np.dtype(dtype).itemsize
+    rng = np.random.default_rng(isz)
+    cases = [((70, 160), lambda a: a.T), ((64, 128), lambda a: a.T),  # rows of whole lines
+             ((3, 24, 64), lambda a: a.transpose(0, 2, 1)), ((33, 96), lambda a: a[:, :61].T),
+             ((70, 131), lambda a: a.T)]  # rows of different alignments: not shifted
+    for pool in (False, True):
+        if pool:
+            monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", 0)
+            monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", 0)
+        for shape, view in cases:
+            n = prod(shape)
+            for off in range(0, 64, isz):
+                raw = np.empty(n * isz + 128, np.uint8)
+                start = (-raw.ctypes.data) % 64 + off
+                raw[start:start + n * isz] = rng.integers(0, 256, n * isz, dtype=np.uint8)
+                src = view(raw[start:start + n * isz].view(dtype).reshape(shape))
+                before = raw.copy()
+                out = np.full(src.size * isz + 128, CANARY, np.uint8)
+                dst = out[64:64 + src.size * isz].view(dtype).reshape(src.shape)
+                d = create_rearrange_descriptor(H, TensorDescriptor.from_array(dst),
+                                                TensorDescriptor.from_array(src))
+                assert d.meta.kind == "transpose"
+                d.calculate(dst, src)
+                assert dst.tobytes() == np.ascontiguousarray(src).tobytes(), (shape, off, pool)
+                assert (out[:64] == CANARY).all() and (out[64 + src.size * isz:] == CANARY).all()
+                assert np.array_equal(raw, before)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("rows,cols", [(2100, 40), (2048, 48), (8300, 5), (100, 70)])
 def test_long_rows_forced_nt(thresholds, dtype, rows, cols):
     # destination rows longer than the staging limit: aligned (head shift) and misaligned phases
