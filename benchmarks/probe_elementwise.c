@@ -262,7 +262,8 @@ void rms_norm_bf16(uint16_t *y, const uint16_t *x, const uint16_t *w, long rows,
     rms_norm_t(y, x, w, rows, n, eps, 2, hw);
 }
 
-/* infiniop's exp_nonpositive, same operations */
+/* infiniop's exp_nonpositive_scaled (softmax's exp: exp(d) 2^64, the scale cancels in e / sum),
+ * same operations */
 static inline __m512 expnp(__m512 d) {
     d = _mm512_max_ps(d, _mm512_set1_ps(-104.0f)); d = _mm512_min_ps(d, _mm512_setzero_ps());
     __m512 k = _mm512_fmadd_ps(d, _mm512_set1_ps(1.4426950216293335f), _mm512_set1_ps(12582912.0f));
@@ -276,12 +277,28 @@ static inline __m512 expnp(__m512 d) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.3333333432674408f));
     p = _mm512_fmadd_ps(rh, p, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(r2, p, r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(k), 23), _mm512_set1_epi32(1602224128));
-    return _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(e)), _mm512_set1_ps(5.421010862427522e-20f));
+    __m512 s = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(k), 23), _mm512_set1_epi32(1602224128)));
+    return _mm512_fmadd_ps(p, s, s);
+}
+/* the same for fp16/bf16 results (mathlib._exp_nonpositive_half, the same operations): the
+ * degree-5 polynomial; fp16 (f16 = 1): one-step reduction, limited at -87, unscaled */
+static inline __m512 expnp_half(__m512 d, int f16) {
+    d = _mm512_max_ps(d, _mm512_set1_ps(f16 ? -87.0f : -104.0f)); d = _mm512_min_ps(d, _mm512_setzero_ps());
+    __m512 k = _mm512_fmadd_ps(d, _mm512_set1_ps(1.4426950216293335f), _mm512_set1_ps(12582912.0f));
+    __m512 kf = _mm512_sub_ps(k, _mm512_set1_ps(12582912.0f));
+    __m512 r = _mm512_fmadd_ps(kf, _mm512_set1_ps(-0.6931471824645996f), d);
+    if (!f16) r = _mm512_fmadd_ps(kf, _mm512_set1_ps(1.9046542121259336e-09f), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e8d20p-7f), r, _mm512_set1_ps(0x1.568de6p-5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0x1.555a92p-3f));
+    p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r);
+    __m512 s = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(k), 23),
+                                                    _mm512_set1_epi32(f16 ? 1065353216 : 1602224128)));
+    return _mm512_fmadd_ps(p, s, s);
 }
 /* softmax rows (4096-element rows, a multiple of 32): the row's max in registers (x from
- * memory), exp(x - max) with infiniop's exp_nonpositive (the same operations) into an L1 row and
+ * memory), exp(x - max) with infiniop's exp_nonpositive (the same operations; for fp16/bf16
+ * rows its half-result version) into an L1 row and
  * a register sum while the next row is prefetched (into L2 for 4-byte rows, as ours), then the
  * row scaled by 1 / sum with streaming stores. */
 static inline void softmax_t(void *y, const void *x, long rows, long n, int dt) {
@@ -305,7 +322,8 @@ static inline void softmax_t(void *y, const void *x, long rows, long n, int dt) 
                     if (isz == 4) { _mm_prefetch(nx, _MM_HINT_T1); _mm_prefetch(nx + 64, _MM_HINT_T1); }
                     else _mm_prefetch(nx, _MM_HINT_T0);
                 }
-                __m512 e0 = expnp(_mm512_sub_ps(row_load(xr, i, dt), mx)), e1 = expnp(_mm512_sub_ps(row_load(xr, i + 16, dt), mx));
+                __m512 d0 = _mm512_sub_ps(row_load(xr, i, dt), mx), d1 = _mm512_sub_ps(row_load(xr, i + 16, dt), mx);
+                __m512 e0 = dt ? expnp_half(d0, dt == 1) : expnp(d0), e1 = dt ? expnp_half(d1, dt == 1) : expnp(d1);
                 s0 = _mm512_add_ps(s0, e0); s1 = _mm512_add_ps(s1, e1);
                 _mm512_store_ps(cache + i, e0); _mm512_store_ps(cache + i + 16, e1);
             }

@@ -295,6 +295,23 @@ def test_half_results_rounded_once_from_float64(name, x, want):
     assert y.dtype == np.float16 and float(y[0]) == want
 
 
+@pytest.mark.parametrize("bits", [11, 8])
+def test_exp_nonpositive_for_half_results_on_float32_inputs(bits):
+    """softmax's exp takes x - max, a float32 value, not an fp16/bf16 one: its half-result
+    version (one-step reduction and x limited at -87 for fp16 results) is within 2^-21 of
+    exp(x) wherever the result can reach the output (fp16: x >= -17.4, exp(x) >= 2^-25; bf16:
+    every normal result), and 0 <= result < 2^-24 below that for fp16."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-104, 0, 1 << 18), rng.uniform(-18, 0, 1 << 18),
+                        -rng.exponential(1e-3, 1 << 16), [0.0, -0.0, -87.0, -87.5, -104.0]])
+    x = x.astype(np.float32)
+    y = _run("exp_nonpositive", x, "f32", bits).astype(np.float64)
+    ref = np.exp(x.astype(np.float64))
+    reach = x >= (-17.4 if bits == 11 else -87.0)
+    assert np.abs(y[reach] / ref[reach] - 1).max() < 2.0 ** -21
+    assert (y[~reach] >= 0).all() and (y[~reach] < (2.0 ** -24 if bits == 11 else 2.0 ** -125)).all()
+
+
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("variant", ["f32", "half"])

@@ -264,19 +264,52 @@ def exp_nonpositive(m, x):
 
     Half the operations of :func:`exp`: no double-float steps, so about one ulp instead of a
     correctly rounded result (f32: max 1.0 ulp; f64 likewise, measured in tests/test_mathlib.py);
-    a row's sum of such terms is as accurate as the terms. fp16/bf16 results use the degree-5
-    polynomial of the half versions. Results below the normal range go through a 2-step scale.
+    a row's sum of such terms is as accurate as the terms. Results below the normal range go
+    through a 2-step scale. fp16/bf16 results: :func:`_exp_nonpositive_half`.
     """
+    k = _nonpositive_scale(m, x)
+    e = exp_nonpositive_scaled(m, x)
+    return e * 2.0 ** -k if k else e
+
+
+def _nonpositive_scale(m, x):
+    return 0 if _half_result(m, x) and m.result_bits > 8 else _consts(x).scale_split
+
+
+def exp_nonpositive_scaled(m, x):
+    """:func:`exp_nonpositive` times 2^k, k = 64 (float32, bf16 results), 600 (float64) or 0
+    (fp16 results): every result normal, so without the second scaling's multiply. For
+    quotients where the scale cancels: softmax's e / sum(e) of these terms has the bits of
+    unscaled terms wherever those are normal, and rounds a subnormal output once."""
     T = _consts(x)
+    if _half_result(m, x):
+        return _exp_nonpositive_half(m, x)
     xc = _clamp(m, x, T.exp_lo, 0.0)
     t = m.fma(xc, T.log2e, T.magic)
     nf = t - T.magic
     r = m.fma(nf, -T.ln2_lo, m.fma(nf, -T.ln2_hi, xc))     # the first fma is exact
-    if _half_result(m, x):
-        p = _half_expm1_poly(m, r)
-    else:                                                  # r + r^2/2 + r^3/2 P(r)
-        p = m.fma(r * r, m.fma(r * 0.5, _horner(m, r, T.exp_p), 0.5), r)
-    return ((p + 1.0) * _pow2(m, t, T.scale_split, x)) * 2.0 ** -T.scale_split
+    p = m.fma(r * r, m.fma(r * 0.5, _horner(m, r, T.exp_p), 0.5), r)   # r + r^2/2 + r^3/2 P(r)
+    s = _pow2(m, t, T.scale_split, x)
+    return m.fma(p, s, s)                                  # RN(1 + p) s: s and the result normal
+
+
+def _exp_nonpositive_half(m, x):
+    """exp_nonpositive_scaled for fp16/bf16 results with fewer multiplies (the softmax family's
+    exp pass is bound by them): 2^n (1 + p) as one fma; for fp16 results also r = x - n RN(ln 2)
+    in one fma (off by n (ln 2 - RN(ln 2)), < 2^-24.3 relative where fp16 results are not 0:
+    n >= -25), and x limited at -87 (exp(-87) N is below any row sum's rounding and rounds to 0
+    in fp16), so that 2^n is normal unscaled. bf16 results (down to 2^-133) keep the two-step
+    reduction and the scale."""
+    T = _consts(x)
+    if m.result_bits > 8:
+        xc = _clamp(m, x, -87.0, 0.0)
+        t = m.fma(xc, T.log2e, T.magic)
+        p = _half_expm1_poly(m, m.fma(t - T.magic, -T.ln2_hi, xc))
+        s = _pow2(m, t, 0, x)
+        return m.fma(p, s, s)
+    t, p = _expm1_plain(m, _clamp(m, x, T.exp_lo, 0.0))
+    s = _pow2(m, t, T.scale_split, x)
+    return m.fma(p, s, s)
 
 
 def exp2(m, x):
