@@ -295,6 +295,25 @@ def test_half_results_rounded_once_from_float64(name, x, want):
     assert y.dtype == np.float16 and float(y[0]) == want
 
 
+@pytest.mark.parametrize("dtype, bits, k", [("f32", None, 64), ("f64", None, 600),
+                                           ("f32", 8, 64), ("f32", 11, 0)])
+def test_exp_nonpositive_scaled_is_exp_nonpositive_times_a_power_of_two(dtype, bits, k):
+    """softmax's exp (the scale cancels in e / sum(e)): exactly exp_nonpositive(x) 2^k where
+    that is normal, and normal down to the clamp (fp16 results: 0 scale, limited at -87)."""
+    npdt = np.float32 if dtype == "f32" else np.float64
+    lo = -104.0 if dtype == "f32" else -746.0
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.uniform(lo, 0, 1 << 16), rng.uniform(-3, 0, 1 << 14),
+                        [0.0, -0.0, lo, 2 * lo, 1.0, -np.inf]]).astype(npdt)
+    scaled = np.empty_like(x)
+    numba_kernel(mathlib.exp_nonpositive_scaled, dtype, dtype, result_bits=bits)(x, scaled)
+    plain = _run("exp_nonpositive", x, dtype, bits) if bits else operator("exp_nonpositive")(x)
+    tiny = np.finfo(npdt).tiny
+    normal = plain >= tiny
+    assert same_bits(scaled[normal] * npdt(2.0 ** -k), plain[normal])
+    assert (scaled >= tiny).all() if bits != 11 else (scaled[x >= -87] >= tiny).all()
+
+
 @pytest.mark.parametrize("bits", [11, 8])
 def test_exp_nonpositive_for_half_results_on_float32_inputs(bits):
     """softmax's exp takes x - max, a float32 value, not an fp16/bf16 one: its half-result
