@@ -1127,6 +1127,76 @@ def test_rope_gptj_pairs_at_constant_steps(handle, dtype):
                      infiniop.rope(shifted(x), pos, s32, c32, algo=0))
 
 
+def _rope_f32_roundings(x, pos, sin, cos):
+    """GPT-J in float32 with the contract's roundings: RN(RN(a c) - RN(b s)), RN(RN(a s) +
+    RN(b c)), rounded once to x's dtype."""
+    a, b = x[..., 0::2].astype(np.float32), x[..., 1::2].astype(np.float32)
+    s = sin.astype(np.float32)[pos][..., None, :]
+    c = cos.astype(np.float32)[pos][..., None, :]
+    y = np.empty(x.shape, np.float32)
+    y[..., 0::2], y[..., 1::2] = a * c - b * s, a * s + b * c
+    return y.astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32], ids=["f16", "bf16", "f32"])
+@pytest.mark.parametrize("dh", [2, 16, 24, 34, 128])
+def test_rope_gptj_swapped_pairs_keep_the_separate_roundings(handle, dtype, dh):
+    """GPT-J rows of fp16 run as y = x c + swap(x) s in 16-element vectors
+    (``intrinsics.rope_pairs_*``, c = (cos, cos) and s = (-sin, sin) per pair, built once per
+    position), the pairs past the last whole vector in the element loop: the bits of a cos -
+    b sin and a sin + b cos rounded apart, out of place (NumPy's and 64-byte aligned outputs,
+    one element past a pair's boundary) and in place, with NaN, infinities and signed zeros, the
+    position changing between rows and repeating."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import rope as cpu_rope
+
+    rng = np.random.default_rng(dh)
+    x = draw(rng, dtype, (6, 5, dh))
+    every13 = x.reshape(-1)[::13]
+    every13[...] = np.resize(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0]), every13.size)
+    pos = np.array([3, 3, 0, 7, 7, 1], np.int64)
+    sin, cos = _tables(rng, 8, dh // 2, dtype)
+    d = infiniop.create_rope_descriptor(handle, *(TensorDescriptor.from_array(a) for a in
+                                                  (x, x, pos, sin, cos)), 0)
+    src = cpu_rope.source(d.info.program, "22-11")
+    d.destroy()
+    assert ("rope_pairs_f16(" in src) == (dtype == np.float16)  # float32/bf16: steps of 2
+    want = _rope_f32_roundings(x, pos, sin, cos)
+    shifted = np.empty(x.size + 1, dtype)[1:].reshape(x.shape)
+    xi = x.copy()
+    for got in (infiniop.rope(x, pos, sin, cos, algo=0),
+                infiniop.rope(x, pos, sin, cos, algo=0, out=infiniop.empty_aligned(x.shape, dtype)),
+                infiniop.rope(x, pos, sin, cos, algo=0, out=shifted),
+                infiniop.rope(xi, pos, sin, cos, algo=0, out=xi)):
+        assert_exact(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32], ids=["f16", "bf16", "f32"])
+def test_rope_gptj_streamed_rows_keep_the_separate_roundings(handle, dtype):
+    """The large call: rows stored non-temporally (fp16: ``rope_pairs_f16_nt``) where y starts on a
+    line, through the stack chunk where it sits 48 bytes ahead of x, and in place."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels: millions of elements")
+    rng = np.random.default_rng(33)
+    x = draw(rng, dtype, (2048, 16, 128))  # 16 MiB moved in fp16: streamed
+    pos = rng.permutation(4096)[:2048].astype(np.int32)
+    sin, cos = _tables(rng, 4096, 64, dtype)
+    want = _rope_f32_roundings(x, pos, sin, cos)
+
+    def at(ahead):  # y starting ``ahead`` bytes past x mod 4096
+        buf = infiniop.empty_aligned(x.size + 4096 // x.itemsize, dtype)
+        k = ((x.ctypes.data + ahead - buf.ctypes.data) % 4096) // x.itemsize
+        return buf[k:k + x.size].reshape(x.shape)
+    y = at(-(x.ctypes.data % 4096))  # on a page: streamed as computed
+    assert y.ctypes.data % 4096 == 0
+    xi = x.copy()
+    for got in (infiniop.rope(x, pos, sin, cos, algo=0, out=y),
+                infiniop.rope(x, pos, sin, cos, algo=0, out=at(48)),  # through the stack chunk
+                infiniop.rope(xi, pos, sin, cos, algo=0, out=xi)):
+        assert_exact(got, want)
+
+
 @pytest.mark.parametrize("algo", [0, 1])
 def test_rope_in_place_reads_and_writes_one_pointer(handle, algo):
     """In place (y is x, same steps), a row is read and written through x's pointer, which LLVM

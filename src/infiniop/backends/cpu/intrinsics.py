@@ -578,6 +578,63 @@ def _row_sum(kind: str, square: bool):
 row_sum_f16, row_sum_bf16 = _row_sum("f16", False), _row_sum("bf16", False)
 row_sumsq_f16, row_sumsq_bf16 = _row_sum("f16", True), _row_sum("bf16", True)
 
+
+def _rope_pairs(kind: str, nt: bool):
+    """``rope_pairs_<kind>[_nt](y, x, c, s, n)`` -> the elements done (a multiple of 16, at most
+    n), kind f32 or f16 (used: f16, see ``rope.swapped_pairs``): a GPT-J row (pairs adjacent)
+    as y = x * c + swap(x) * s over 16-element vectors, with
+    the swap of each pair's two elements one in-register shuffle, c = (cos_i, cos_i) and s =
+    (-sin_i, sin_i) per pair as float32 rows the caller builds once per position. The same
+    roundings as (a cos - b sin, a sin + b cos) computed apart (RN(a c) + RN(-b s) is RN(a c) -
+    RN(b s)), without the even/odd deinterleaving and interleaving shuffles LLVM emits for the
+    pairs as elements at steps of 2. ``nt``: non-temporal stores (y's row on a line)."""
+
+    @intrinsic
+    def rope_pairs(typingctx, y, x, c, s, n):
+        sig = types.int64(y, x, c, s, n)
+
+        def codegen(context, builder, signature, args):
+            i64, W = ir.IntType(64), _ROW_LANES
+            a64 = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
+            et, conv = _row_loader(kind)
+            fv = ir.VectorType(_F32, W)
+            yp, xp = (builder.inttoptr(a, et.as_pointer()) for a in a64[:2])
+            cp, sp = (builder.inttoptr(a, _F32.as_pointer()) for a in a64[2:4])
+            n = builder.mul(builder.udiv(a64[4], ir.Constant(i64, W)), ir.Constant(i64, W))
+            swap = ir.Constant(ir.VectorType(ir.IntType(32), W), [k ^ 1 for k in range(W)])
+            fn = builder.function
+            entry = builder.block
+            head, body, done = (fn.append_basic_block(f"rope_pairs_{b}") for b in ("head", "body", "done"))
+            builder.branch(head)
+            builder.position_at_end(head)
+            j = builder.phi(i64)
+            j.add_incoming(ir.Constant(i64, 0), entry)
+            builder.cbranch(builder.icmp_signed("<", j, n), body, done)
+            builder.position_at_end(body)
+
+            def at(base, t):
+                return builder.bitcast(builder.gep(base, [j]), ir.VectorType(t, W).as_pointer())
+            xv = conv(builder, builder.load(at(xp, et), align=1))
+            cv, sv = (builder.load(at(b, _F32), align=4) for b in (cp, sp))
+            xs = builder.shuffle_vector(xv, ir.Constant(fv, ir.Undefined), swap)
+            yv = builder.fadd(builder.fmul(xv, cv), builder.fmul(xs, sv))
+            if kind == "f16":
+                yv = builder.fptrunc(yv, ir.VectorType(ir.HalfType(), W))
+            st = builder.store(yv, at(yp, et), align=W * (4 if kind == "f32" else 2) if nt else 1)
+            if nt:
+                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            j.add_incoming(builder.add(j, ir.Constant(i64, W)), body)
+            builder.branch(head)
+            builder.position_at_end(done)
+            return n
+
+        return sig, codegen
+
+    return rope_pairs
+
+
+rope_pairs_f16, rope_pairs_f16_nt = _rope_pairs("f16", False), _rope_pairs("f16", True)
+
 LANES_SUM_MAX = 32  # lanes_sum_* halves at most this many lanes in registers
 
 

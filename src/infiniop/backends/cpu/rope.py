@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...dtype import DType
 from . import native, ndarray_abi, runtime
 from .codegen import kernels
 from .elementwise import launcher_arrays
@@ -29,6 +30,7 @@ from .elementwise_kernels import (
 )
 from .row_kernels import _render
 
+_ROPE_IMPORT = "from infiniop.backends.cpu.intrinsics import rope_pairs_f16, rope_pairs_f16_nt\n"
 TASK_ELEMS = 1 << 15
 STAGE_BYTES = 4096  # a streamed row's stack chunk: rows of whole lines up to this size stream
 
@@ -49,13 +51,34 @@ def adjacent_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str
     read and written a pair per 32- or 64-bit word (shifts and masks); (2048, 32, 128), AMD
     EPYC Zen 3, the two kernels alternating in one process, same bits: float16 1.86-2.09 ->
     1.44-1.53 ms, float32 2.27-2.80 -> 2.10-2.56, bfloat16 2.06-2.15 -> 2.01-2.06; (16, 32,
-    128) on one thread 18 -> 14-15 us (float32, float16)."""
+    128) on one thread 18 -> 14-15 us (float32, float16).
+
+    fp16 rows (``swapped_pairs``) go through ``intrinsics.rope_pairs_f16[_nt]`` first, y = x c +
+    swap(x) s over whole 16-element vectors with the position's c = (cos, cos) and s = (-sin,
+    sin) pairs built once per position (``pct``/``pst``, per task), then the element loop takes
+    the pairs left: no even/odd shuffles (same bits; (2048, 32, 128) -7 to -25%, (16, 32, 128)
+    one thread 15 -> 10 us)."""
     st = STORAGE[dts[0]]
     e(f"{I}if yb == 1 and xb == 1{f' and {nt}' if nt else ''}:")
     J = I + "    "
-    e(f"{J}h0 = address_as_pointer({y_at or f's0 + g0 * {isz}'}, np.{st})")
+    y_addr = f"s1 + g1 * {isz}" if out == "h1" else (y_at or f"s0 + g0 * {isz}")
+    e(f"{J}h0 = address_as_pointer({y_addr if out == 'h0' else f's0 + g0 * {isz}'}, np.{st})")
     e(f"{J}h1 = address_as_pointer(s1 + g1 * {isz}, np.{st})")
-    e(f"{J}for i in range(half):")
+    first = "0"
+    if swapped_pairs(dts, lines, outs):
+        e(f"{J}if p != pc:  # the position's (cos, cos) and (-sin, sin) pairs, once per position")
+        e(f"{J}    for i in range(half):")
+        e(f"{J}        sn = {_load(dts[3], f'q3[{idx(3)}]')}")
+        e(f"{J}        cs = {_load(dts[4], f'q4[{idx(4)}]')}")
+        e(f"{J}        pct[2 * i] = cs")
+        e(f"{J}        pct[2 * i + 1] = cs")
+        e(f"{J}        pst[2 * i] = -sn")
+        e(f"{J}        pst[2 * i + 1] = sn")
+        e(f"{J}    pc = p")
+        fn = f"rope_pairs_f16{'_nt' if nt else ''}"
+        e(f"{J}done = {fn}({y_addr}, s1 + g1 * {isz}, pct_at, pst_at, 2 * half) // 2")
+        first = "done"
+    e(f"{J}for i in range({first}, half):")
     K = J + "    "
     e(f"{K}a = {_load(dts[1], 'h1[2 * i]')}")
     e(f"{K}b = {_load(dts[1], 'h1[2 * i + 1]')}")
@@ -67,6 +90,21 @@ def adjacent_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str
         value = _store(dts[0], v, r.dtype)
         e(f"{K}nt_store({out}, {at}, {value})" if nt else f"{K}{out}[{at}] = {value}")
     e(f"{I}else:")
+
+
+# the rope expression intrinsics.rope_pairs_* computes (a cos - b sin, a sin + b cos)
+_ROPE_LINES = ["r_0 = (a * cs)", "r_1 = (b * sn)", "r_2 = (r_0 - r_1)", "r_3 = (a * sn)",
+               "r_4 = (b * cs)", "r_5 = (r_3 + r_4)"]
+
+
+def swapped_pairs(dts, lines, outs) -> bool:
+    """Whether a GPT-J row goes through ``intrinsics.rope_pairs_*``: fp16 rows of the built-in
+    expression. (2048, 32, 128), AMD EPYC Zen 3, 2026-11-29, the generated kernels alternating
+    in one process, same bits: fp16 -7 to -25% (y on a page or 48 bytes ahead of x, five runs);
+    float32 -2 to +3% and bfloat16 -2 to +15% (its integer rounding in 16-lane vectors), so they
+    keep the elements at steps of 2."""
+    return (dts[0] == DType.F16 and dts[1] == dts[0] and [ln.strip() for ln in lines] == _ROPE_LINES
+            and list(outs) == ["r_2", "r_5"])
 
 
 def source(prog, steps: str, stream: bool = False) -> str:
@@ -217,6 +255,13 @@ def source(prog, steps: str, stream: bool = False) -> str:
     if stream:  # allocated once, where the function starts
         e(f"        sc = stack_scratch({STAGE_BYTES})")
     e("        ix = np.empty(max(nd, 1), np.int64)")
+    if steps[:2] == "22" and swapped_pairs(dts, lines, outs):  # a GPT-J row's pair tables
+        e("        ptab = np.empty(4 * max(half, 1), np.float32)")
+        e("        pct_at = ptab.ctypes.data")
+        e("        pst_at = pct_at + 8 * max(half, 1)")
+        e("        pct = address_as_pointer(pct_at, np.float32)")
+        e("        pst = address_as_pointer(pst_at, np.float32)")
+        e("        pc = np.int64(-1)")
     e("        r0 = t * per_task")
     e("        r1 = min(rows, r0 + per_task)")
     I = "        "
@@ -251,7 +296,7 @@ def source(prog, steps: str, stream: bool = False) -> str:
     if stream:  # once per task: the rows' non-temporal stores drain meanwhile
         e("        sfence()")
     e("    return 0")
-    return PRELUDE + "\n".join(L) + "\n"
+    return PRELUDE + _ROPE_IMPORT + "\n".join(L) + "\n"
 
 
 ARGS = "s0, s1, s2, s3, s4, shape, strides, steps, half, maxpos, per_task"
