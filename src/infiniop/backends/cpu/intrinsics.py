@@ -579,6 +579,27 @@ row_sum_f16, row_sum_bf16 = _row_sum("f16", False), _row_sum("bf16", False)
 row_sumsq_f16, row_sumsq_bf16 = _row_sum("f16", True), _row_sum("bf16", True)
 
 
+def _counted_loop(builder, label: str, start, stop):
+    """``for i in range(start, stop)`` in IR: returns (i, close) with the builder in the body;
+    ``close(step)`` adds i + step from the body's last block and continues after the loop."""
+    top = builder.block
+    head, body, done = (builder.function.append_basic_block(f"{label}_{b}")
+                        for b in ("head", "body", "done"))
+    builder.branch(head)
+    builder.position_at_end(head)
+    i = builder.phi(start.type)
+    i.add_incoming(start, top)
+    builder.cbranch(builder.icmp_signed("<", i, stop), body, done)
+    builder.position_at_end(body)
+
+    def close(step: int) -> None:
+        i.add_incoming(builder.add(i, ir.Constant(i.type, step)), builder.block)
+        builder.branch(head)
+        builder.position_at_end(done)
+
+    return i, close
+
+
 def _rope_pairs(kind: str, nt: bool):
     """``rope_pairs_<kind>[_nt](y, x, c, s, n)`` -> the elements done (a multiple of 16, at most
     n), kind f32 or f16 (used: f16, see ``rope.swapped_pairs``): a GPT-J row (pairs adjacent)
@@ -602,15 +623,7 @@ def _rope_pairs(kind: str, nt: bool):
             cp, sp = (builder.inttoptr(a, _F32.as_pointer()) for a in a64[2:4])
             n = builder.mul(builder.udiv(a64[4], ir.Constant(i64, W)), ir.Constant(i64, W))
             swap = ir.Constant(ir.VectorType(ir.IntType(32), W), [k ^ 1 for k in range(W)])
-            fn = builder.function
-            entry = builder.block
-            head, body, done = (fn.append_basic_block(f"rope_pairs_{b}") for b in ("head", "body", "done"))
-            builder.branch(head)
-            builder.position_at_end(head)
-            j = builder.phi(i64)
-            j.add_incoming(ir.Constant(i64, 0), entry)
-            builder.cbranch(builder.icmp_signed("<", j, n), body, done)
-            builder.position_at_end(body)
+            j, close = _counted_loop(builder, "rope_pairs", ir.Constant(i64, 0), n)
 
             def at(base, t):
                 return builder.bitcast(builder.gep(base, [j]), ir.VectorType(t, W).as_pointer())
@@ -623,9 +636,7 @@ def _rope_pairs(kind: str, nt: bool):
             st = builder.store(yv, at(yp, et), align=W * (4 if kind == "f32" else 2) if nt else 1)
             if nt:
                 st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
-            j.add_incoming(builder.add(j, ir.Constant(i64, W)), body)
-            builder.branch(head)
-            builder.position_at_end(done)
+            close(W)
             return n
 
         return sig, codegen
@@ -711,19 +722,10 @@ def _lookup16(nt: bool):
             dst_p, src_p = (builder.inttoptr(a, i16.as_pointer()) for a in a64[:2])
             tab = builder.inttoptr(a64[2], i16.as_pointer())
             n = a64[3]
-            fn = builder.function
-            entry = builder.block
             W = 32 if cpuinfo.compiles_avx512() else 0  # elements a vector step (two gathers)
             nv = builder.mul(builder.udiv(n, ir.Constant(i64, W)), ir.Constant(i64, W)) if W \
                 else ir.Constant(i64, 0)
-            vhead, vbody, shead, sbody, done = (fn.append_basic_block(f"lookup16_{b}") for b in
-                                                ("vhead", "vbody", "shead", "sbody", "done"))
-            builder.branch(vhead)
-            builder.position_at_end(vhead)
-            i = builder.phi(i64)
-            i.add_incoming(ir.Constant(i64, 0), entry)
-            builder.cbranch(builder.icmp_signed("<", i, nv), vbody, shead)
-            builder.position_at_end(vbody)
+            i, close = _counted_loop(builder, "lookup16_v", ir.Constant(i64, 0), nv)
             if W:
                 v16, v32 = ir.VectorType(i16, 16), ir.VectorType(i32, 16)
                 gather = cgutils.get_or_insert_function(
@@ -743,18 +745,11 @@ def _lookup16(nt: bool):
                 store = builder.store(both, out, align=64 if nt else 2)
                 if nt:
                     store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)]))
-            i.add_incoming(builder.add(i, ir.Constant(i64, W or 1)), vbody)
-            builder.branch(vhead)
-            builder.position_at_end(shead)  # the rest one by one
-            j = builder.phi(i64)
-            j.add_incoming(nv, vhead)
-            builder.cbranch(builder.icmp_signed("<", j, n), sbody, done)
-            builder.position_at_end(sbody)
+            close(W or 1)
+            j, close = _counted_loop(builder, "lookup16_s", nv, n)  # the rest one by one
             idx = builder.zext(builder.load(builder.gep(src_p, [j])), i64)
             builder.store(builder.load(builder.gep(tab, [idx])), builder.gep(dst_p, [j]))
-            j.add_incoming(builder.add(j, ir.Constant(i64, 1)), sbody)
-            builder.branch(shead)
-            builder.position_at_end(done)
+            close(1)
             return context.get_dummy_value()
 
         return sig, codegen
