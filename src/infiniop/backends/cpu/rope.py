@@ -61,8 +61,9 @@ def adjacent_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str
     st = STORAGE[dts[0]]
     e(f"{I}if yb == 1 and xb == 1{f' and {nt}' if nt else ''}:")
     J = I + "    "
-    y_addr = f"s1 + g1 * {isz}" if out == "h1" else (y_at or f"s0 + g0 * {isz}")
-    e(f"{J}h0 = address_as_pointer({y_addr if out == 'h0' else f's0 + g0 * {isz}'}, np.{st})")
+    h0_at = y_at or f"s0 + g0 * {isz}"
+    y_addr = f"s1 + g1 * {isz}" if out == "h1" else h0_at  # where ``out`` writes
+    e(f"{J}h0 = address_as_pointer({h0_at}, np.{st})")
     e(f"{J}h1 = address_as_pointer(s1 + g1 * {isz}, np.{st})")
     first = "0"
     if swapped_pairs(dts, lines, outs):
