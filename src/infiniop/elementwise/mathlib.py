@@ -268,12 +268,13 @@ def exp_nonpositive(m, x):
     a row's sum of such terms is as accurate as the terms. Results below the normal range go
     through a 2-step scale. fp16/bf16 results: :func:`_exp_nonpositive_half`.
     """
-    k = _nonpositive_scale(m, x)
+    k = nonpositive_scale(m, x)
     e = exp_nonpositive_scaled(m, x)
     return e * 2.0 ** -k if k else e
 
 
-def _nonpositive_scale(m, x):
+def nonpositive_scale(m, x) -> int:
+    """k of :func:`exp_nonpositive_scaled` (2^k exp(x)) for ``x``'s type and the result's."""
     return 0 if _half_result(m, x) and m.result_bits > 8 else _consts(x).scale_split
 
 

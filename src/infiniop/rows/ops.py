@@ -61,8 +61,10 @@ CAUSAL_SOFTMAX = row_operator(
 
 
 def _logsoftmax(m, x):
+    # the terms scaled as softmax's; the sum scaled back once a row (exactly: it is >= 2^k)
     d = x - m.max(x)
-    return d - m.log(m.sum(m.exp_nonpositive(d)))
+    s = m.sum(mathlib.exp_nonpositive_scaled(m, d))
+    return d - m.log(s * 2.0 ** -mathlib.nonpositive_scale(m, d))
 
 
 LOGSOFTMAX = row_operator("logsoftmax", "output:out, input", _logsoftmax, dtypes=FLOATS,
