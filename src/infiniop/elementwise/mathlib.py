@@ -5,7 +5,7 @@ where, bit casts, integer ops): range reduction + polynomials, FMA-based error-f
 transformations where precision is needed; no tables, no libm calls, no branches on data. So
 every backend renders the same operations and computes the same bits (NaN payloads aside).
 
-Functions: exp, exp_nonpositive (softmax's: x <= 0, plain arithmetic; softmax itself takes
+Functions: exp, exp_nonpositive (softmax's: x <= 0, plain arithmetic; the softmax family takes
 :func:`exp_nonpositive_scaled`, times a power of two that cancels), exp2, expm1, log, log2,
 log10, log1p, atanh, tanh, sigmoid, silu, erf, erfc, erfinv, and the activations built on them:
 gelu (erf form), gelu_tanh, quickgelu, softplus(x, beta, threshold), swiglu(a, b) = a * silu(b)
