@@ -1142,7 +1142,7 @@ def _rope_f32_roundings(x, pos, sin, cos):
 @pytest.mark.parametrize("dh", [2, 16, 24, 34, 128])
 def test_rope_gptj_swapped_pairs_keep_the_separate_roundings(handle, dtype, dh):
     """GPT-J rows of fp16 run as y = x c + swap(x) s in 16-element vectors
-    (``intrinsics.rope_pairs_*``, c = (cos, cos) and s = (-sin, sin) per pair, built once per
+    (``intrinsics.rope_pairs_f16``, c = (cos, cos) and s = (-sin, sin) per pair, built once per
     position), the pairs past the last whole vector in the element loop: the bits of a cos -
     b sin and a sin + b cos rounded apart, out of place (NumPy's and 64-byte aligned outputs,
     one element past a pair's boundary) and in place, with NaN, infinities and signed zeros, the

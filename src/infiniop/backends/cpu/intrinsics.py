@@ -600,12 +600,12 @@ def _counted_loop(builder, label: str, start, stop):
     return i, close
 
 
-def _rope_pairs(kind: str, nt: bool):
-    """``rope_pairs_<kind>[_nt](y, x, c, s, n)`` -> the elements done (a multiple of 16, at most
-    n), kind f32 or f16 (used: f16, see ``rope.swapped_pairs``): a GPT-J row (pairs adjacent)
-    as y = x * c + swap(x) * s over 16-element vectors, with
-    the swap of each pair's two elements one in-register shuffle, c = (cos_i, cos_i) and s =
-    (-sin_i, sin_i) per pair as float32 rows the caller builds once per position. The same
+def _rope_pairs(nt: bool):
+    """``rope_pairs_f16[_nt](y, x, c, s, n)`` -> the elements done (a multiple of 16, at most n):
+    an fp16 GPT-J row (pairs adjacent; see ``rope.swapped_pairs``) as y = x * c + swap(x) * s
+    over 16-element float32 vectors, with the swap of each pair's two elements one in-register
+    shuffle, c = (cos_i, cos_i) and s = (-sin_i, sin_i) per pair as float32 rows the caller
+    builds once per position. The same
     roundings as (a cos - b sin, a sin + b cos) computed apart (RN(a c) + RN(-b s) is RN(a c) -
     RN(b s)), without the even/odd deinterleaving and interleaving shuffles LLVM emits for the
     pairs as elements at steps of 2. ``nt``: non-temporal stores (y's row on a line)."""
@@ -617,7 +617,7 @@ def _rope_pairs(kind: str, nt: bool):
         def codegen(context, builder, signature, args):
             i64, W = ir.IntType(64), _ROW_LANES
             a64 = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
-            et, conv = _row_loader(kind)
+            et, conv = _row_loader("f16")
             fv = ir.VectorType(_F32, W)
             yp, xp = (builder.inttoptr(a, et.as_pointer()) for a in a64[:2])
             cp, sp = (builder.inttoptr(a, _F32.as_pointer()) for a in a64[2:4])
@@ -631,9 +631,8 @@ def _rope_pairs(kind: str, nt: bool):
             cv, sv = (builder.load(at(b, _F32), align=4) for b in (cp, sp))
             xs = builder.shuffle_vector(xv, ir.Constant(fv, ir.Undefined), swap)
             yv = builder.fadd(builder.fmul(xv, cv), builder.fmul(xs, sv))
-            if kind == "f16":
-                yv = builder.fptrunc(yv, ir.VectorType(ir.HalfType(), W))
-            st = builder.store(yv, at(yp, et), align=W * (4 if kind == "f32" else 2) if nt else 1)
+            yv = builder.fptrunc(yv, ir.VectorType(ir.HalfType(), W))
+            st = builder.store(yv, at(yp, et), align=2 * W if nt else 1)
             if nt:
                 st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
             close(W)
@@ -644,7 +643,7 @@ def _rope_pairs(kind: str, nt: bool):
     return rope_pairs
 
 
-rope_pairs_f16, rope_pairs_f16_nt = _rope_pairs("f16", False), _rope_pairs("f16", True)
+rope_pairs_f16, rope_pairs_f16_nt = _rope_pairs(False), _rope_pairs(True)
 
 LANES_SUM_MAX = 32  # lanes_sum_* halves at most this many lanes in registers
 

@@ -93,13 +93,13 @@ def adjacent_pairs(e, I: str, dts, isz: int, lines, outs, results, idx, out: str
     e(f"{I}else:")
 
 
-# the rope expression intrinsics.rope_pairs_* computes (a cos - b sin, a sin + b cos)
+# the rope expression intrinsics.rope_pairs_f16 computes (a cos - b sin, a sin + b cos)
 _ROPE_LINES = ["r_0 = (a * cs)", "r_1 = (b * sn)", "r_2 = (r_0 - r_1)", "r_3 = (a * sn)",
                "r_4 = (b * cs)", "r_5 = (r_3 + r_4)"]
 
 
 def swapped_pairs(dts, lines, outs) -> bool:
-    """Whether a GPT-J row goes through ``intrinsics.rope_pairs_*``: fp16 rows of the built-in
+    """Whether a GPT-J row goes through ``intrinsics.rope_pairs_f16``: fp16 rows of the built-in
     expression. (2048, 32, 128), AMD EPYC Zen 3, 2026-11-29, the generated kernels alternating
     in one process, same bits: fp16 -7 to -25% (y on a page or 48 bytes ahead of x, five runs);
     float32 -2 to +3% and bfloat16 -2 to +15% (its integer rounding in 16-lane vectors), so they
