@@ -1043,6 +1043,87 @@ def test_streamed_light_bf16_rows_read_inputs_as_words(handle):
         d.destroy()
 
 
+def test_bf16_rounding_without_the_nan_select_matches_where_no_nan():
+    """``f32_to_bf16_finite`` gives ``f32_to_bf16``'s bits for every float32 that is not NaN
+    (ties, the largest finite values rounding to inf, infinities, subnormals, signed zeros, 2^20
+    random patterns), and the NaNs it must not see do go wrong (why it needs a NaN-free row)."""
+    from numba import njit
+
+    from infiniop.backends.cpu.intrinsics import f32_to_bf16, f32_to_bf16_finite
+
+    @njit
+    def both(v, a, b):
+        for i in range(v.size):
+            a[i] = f32_to_bf16(v[i])
+            b[i] = f32_to_bf16_finite(v[i])
+
+    rng = np.random.default_rng(3)
+    bits = np.concatenate([rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32),
+                           np.array([0, 0x80000000, 1, 0x8000FFFF, 0x00018000, 0x00028000,
+                                     0x3F808000, 0x3F818000, 0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF,
+                                     0xFF7FFFFF, 0x7F800000, 0xFF800000], np.uint32)])
+    v = bits.view(np.float32)
+    a, b = np.empty(v.size, np.uint16), np.empty(v.size, np.uint16)
+    both(v, a, b)
+    ok = ~np.isnan(v)
+    assert_exact(a[ok], b[ok])
+    assert_exact(a[ok], v[ok].astype(BF16).view(np.uint16))
+    nan = np.array([0x7FFFFFFF, 0x7F800001], np.uint32).view(np.float32)
+    a, b = np.empty(2, np.uint16), np.empty(2, np.uint16)
+    both(nan, a, b)
+    assert a.tolist() == [0x7FFF, 0x7FC0] and b.tolist() == [0x8000, 0x7F80]  # -0, inf
+
+
+def test_bf16_rows_skip_the_nan_select_only_where_no_nan_can_reach(handle, monkeypatch):
+    """Row operators that declare ``nan_free_if_finite`` round a streamed bf16 row without the
+    NaN select where the row's statistics and every column operand are finite
+    (row_kernels' ``finite_or_not``), and with it elsewhere: a float32 weight NaN whose low bits
+    would carry (0x7FFFFFFF: -0 without the select) or round to inf (0x7F800001) leaves NaN in
+    its column, streamed straight and staged (the output 0 and 48 bytes ahead of x mod 4096),
+    on one thread and on the pool, and not streamed (bf16 weights: the paired loops); rows with
+    inf, NaN or a zero statistic (epsilon 0) give the model's NaNs; finite rows its bits."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import row_kernels
+
+    rng = np.random.default_rng(29)
+    rows, n = 6, 2048 + 5
+    x = draw(rng, BF16, (rows, n), 3)
+    x[1, 7], x[2, 0], x[3] = np.inf, np.nan, 0.0
+    w = draw(rng, np.float32, (n,))
+    w_nan = w.copy()
+    w_nan.view(np.uint32)[[9, 100, 2000]] = [0x7FFFFFFF, 0xFFFFFFFF, 0x7F800001]
+
+    def at_page(shape, offset):
+        raw = np.zeros(int(np.prod(shape)) * 2 + 8192, np.uint8)
+        start = (-raw.ctypes.data) % 4096 + offset
+        return raw[start:start + int(np.prod(shape)) * 2].view(BF16).reshape(shape)
+
+    xp = at_page(x.shape, 16)
+    xp[...] = x
+    with np.errstate(invalid="ignore"):
+        w16 = w_nan.astype(BF16)  # bf16 operands: the paired loops when not streamed
+    for nt, threshold in [(64, 1 << 40), (64, 1), (1 << 40, 1 << 40)]:
+        monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", nt)
+        monkeypatch.setattr(runtime, "PARALLEL_THRESHOLD", threshold)
+        for weight in (w, w_nan, w16):
+            for eps in (1e-6, 0.0):
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    want = model_rms(xp, weight, eps)
+                for offset in (16, 64):  # straight from the compute loop, staged
+                    y = run(handle, "rms_norm", [at_page(x.shape, offset)], [xp, weight],
+                            epsilon=eps)[0]
+                    nan = np.isnan(f64(want))
+                    assert (np.isnan(f64(y)) == nan).all()
+                    assert_exact(np.where(nan, 0, y), np.where(nan, 0, want))
+    assert np.isnan(f64(y[:, [9, 100, 2000]])).all()
+    d = infiniop.create_rms_norm_descriptor(handle, TD(xp), TD(xp), TD(w))
+    src = row_kernels.source(d.info.program, d.info.kind, d.info.pattern, "", True)
+    d.destroy()
+    assert "row_finite = cols_finite and (st0 - st0) == 0" in src
+    assert "f32_to_bf16_finite(" in src and "f32_to_bf16(" in src
+
+
 def test_large_rows_parallel(handle):
     """Over the parallel threshold, with streamed (non-temporal) stores: (2048, 4096) rms_norm
     and a strided-axis softmax against the references."""

@@ -16,7 +16,8 @@ def _rms(m, x, w, epsilon):
 RMS_NORM = row_operator(
     "rms_norm", "y:out, x, w:col", _rms,
     signatures=_HALF_OR_SINGLE_W + ["f64, f64 -> f64"], params=[Param("epsilon", "f32", 1e-5)],
-    doc="y = x / sqrt(mean(x^2) + epsilon) * w along the last axis")
+    # a finite sum of squares bounds every x, and |x r| <= sqrt(n): x r w is finite or inf
+    nan_free_if_finite=True, doc="y = x / sqrt(mean(x^2) + epsilon) * w along the last axis")
 
 
 def _add_rms(m, a, b, weight, epsilon):
@@ -28,7 +29,7 @@ ADD_RMS_NORM = row_operator(
     "add_rms_norm", "y:out, residual_out:out, a, b, weight:col", _add_rms,
     signatures=[f"{t}, {t}, f16|bf16|f32 -> {t}, {t}" for t in ("f16", "bf16", "f32")]
     + ["f64, f64, f64 -> f64, f64"], params=[Param("epsilon", "f32", 1e-5)],
-    doc="residual_out = a + b; y = rms_norm(a + b) (of the float32 sum)")
+    nan_free_if_finite=True, doc="residual_out = a + b; y = rms_norm(a + b) (of the float32 sum)")
 
 
 def _layer_norm(m, x, w, b, eps):
@@ -42,6 +43,8 @@ def _layer_norm(m, x, w, b, eps):
 LAYER_NORM = row_operator(
     "layer_norm", "output:out, input_standardization:out, input_std_deviation:out:stat, input, "
     "weight:col, bias?:col", _layer_norm, dtypes=FLOATS, params=[Param("eps", "f32", 1e-5)],
+    # a finite sum of d^2 bounds every d, 1/std finite: z w + b is finite or inf
+    nan_free_if_finite=True,
     doc="z = (x - mean) * (1 / sqrt(var + eps)) (biased variance); output = z * weight + bias")
 
 
@@ -52,10 +55,12 @@ def _softmax(m, x):
     return e * (1 / m.sum(e))  # one division per row (as torch does), not one per element
 
 
+# a finite max: x - max in [-inf, 0], the terms in [0, 2^k], the sum finite
 SOFTMAX = row_operator("softmax", "y:out, x", _softmax, dtypes=FLOATS, axis="axis",
+                       nan_free_if_finite=True,
                        doc="y = exp(x - max) * (1 / sum(exp(x - max))) along any axis")
 CAUSAL_SOFTMAX = row_operator(
-    "causal_softmax", "y:out, x", _softmax, dtypes=FLOATS, causal=True,
+    "causal_softmax", "y:out, x", _softmax, dtypes=FLOATS, causal=True, nan_free_if_finite=True,
     doc="softmax over the last axis keeping columns j <= i + n - r (bottom-right aligned); "
         "the others are 0")
 
@@ -69,6 +74,7 @@ def _logsoftmax(m, x):
 
 LOGSOFTMAX = row_operator("logsoftmax", "output:out, input", _logsoftmax, dtypes=FLOATS,
                           signatures=["T -> T", "f16|bf16 -> f32"], axis="dim",
+                          nan_free_if_finite=True,
                           doc="log(softmax(x)) = (x - max) - log(sum(exp(x - max)))")
 
 ALL = [RMS_NORM, ADD_RMS_NORM, LAYER_NORM, SOFTMAX, CAUSAL_SOFTMAX, LOGSOFTMAX]

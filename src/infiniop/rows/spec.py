@@ -137,6 +137,7 @@ class RowProgram:
     nelem: int
     causal: bool
     key: str
+    nan_free_if_finite: bool = False
 
     @property
     def dtypes(self):
@@ -166,7 +167,10 @@ class RowSpec:
     """One row operator (see the module docstring). ``axis``: the name of the keyword that picks
     the axis (default -1), or None for the last axis always; ``causal``: rows along the last axis
     keep columns ``j <= i + n - r`` (``i`` the index along the second-to-last axis of extent
-    ``r``); the others are left out of the reductions and written as 0."""
+    ``r``); the others are left out of the reductions and written as 0. ``nan_free_if_finite``:
+    the operator promises that its row outputs hold no NaN wherever the row's statistics (and
+    the values derived from them once a row) and its column operands are all finite; the CPU
+    kernels then round such rows' bf16 outputs without a NaN select (same bits)."""
 
     name: str
     operands: tuple[RowOperand, ...]
@@ -177,6 +181,7 @@ class RowSpec:
     axis: str | None = None
     causal: bool = False
     doc: str = ""
+    nan_free_if_finite: bool = False
     signatures: tuple[sigs.Signature, ...] = field(init=False)
 
     def __post_init__(self):
@@ -339,10 +344,11 @@ def _trace(spec: RowSpec, sig: sigs.Signature, present: tuple[bool, ...]) -> Row
                                                   for r in st),
                      ",".join(f"{s.dtype.name}:{s.load}:{s.store}:{kd}"
                               for s, kd in zip(slot_list, kinds)), str(spec.causal),
-                     str([len(st) for st in stages])])
+                     str([len(st) for st in stages]), str(spec.nan_free_if_finite)])
     key = sha1(text.encode()).hexdigest()[:16]
     return RowProgram(spec.name, slot_list, kinds, tuple(tuple(st) for st in stages),
-                      tuple(outs), tuple(p.dtype for p in spec.params), nelem, spec.causal, key)
+                      tuple(outs), tuple(p.dtype for p in spec.params), nelem, spec.causal, key,
+                      spec.nan_free_if_finite)
 
 
 def _replace(root: Expr, old: Expr, new: Expr) -> Expr:

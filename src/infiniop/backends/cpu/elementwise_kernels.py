@@ -311,7 +311,8 @@ import numpy as np
 from numba import njit, prange
 from infiniop.backends.cpu.intrinsics import (
     address_as_pointer, nt_store, sfence, f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16, fma,
-    f64_to_f32_odd, bitcast, prefer_512_bit_vectors, prefetch, prefetch_l2, stack_scratch, pointer_address,
+    f32_to_bf16_finite, f64_to_f32_odd, bitcast, prefer_512_bit_vectors, prefetch, prefetch_l2,
+    stack_scratch, pointer_address,
     opaque, canonical, row_max_f32, row_max_f16, row_max_bf16, row_sum_f16, row_sum_bf16,
     row_sumsq_f16, row_sumsq_bf16, select, minimum, maximum, lanes_sum_f32, lanes_sum_f64)
 from infiniop.backends.cpu.transpose import tile_transpose, tile_transpose_256
@@ -409,13 +410,15 @@ def _load(dtype: DType, src: str) -> str:
     return f"np.uint64({src})" if dtype.is_unsigned_int else f"np.int64({src})"
 
 
-def _store(dtype: DType, value: str, t: str) -> str:
+def _store(dtype: DType, value: str, t: str, finite: bool = False) -> str:
     """``value`` (compute type ``t``) converted to ``dtype``'s storage. fp16/bf16 from anything
     but float32 go through float64 and float32 rounded to odd: one rounding in all (from
-    float32 by round to nearest would be a second one)."""
+    float32 by round to nearest would be a second one). ``finite``: the value is known not to
+    be NaN, so bf16 rounds without the NaN select (``f32_to_bf16_finite``)."""
     if dtype in (DType.F16, DType.BF16):
         v = value if t == "f32" else f"f64_to_f32_odd(np.float64({value}))"
-        return f"{'f32_to_f16' if dtype is DType.F16 else 'f32_to_bf16'}({v})"
+        bf16 = "f32_to_bf16_finite" if finite else "f32_to_bf16"
+        return f"{'f32_to_f16' if dtype is DType.F16 else bf16}({v})"
     if dtype is DType.BOOL:
         return f"np.uint8({value})" if t == "bool" else f"np.uint8({value} != 0)"
     st = STORAGE[dtype]

@@ -15,6 +15,7 @@
   allocated once per call of the function compiled (in its entry block), not per loop trip.
 - ``f16_to_f32(u16)`` / ``f32_to_f16(f32)``: IEEE half conversions through LLVM's ``half`` type
   (F16C ``vcvtph2ps``/``vcvtps2ph``): exact, round-to-nearest-even, NaN stays NaN;
+  ``f32_to_bf16_finite(f32)``: ``f32_to_bf16`` for values known not to be NaN (no NaN select);
   ``f64_to_f32_odd(f64)``: float64 -> float32 rounded to odd, so that the rounding to fp16/bf16
   after it is the one correct rounding of the float64 value (not two in a row);
   ``canonical(x)`` and ``opaque(x)`` keep LLVM from narrowing comparisons of converted values
@@ -187,6 +188,26 @@ def f32_to_bf16(typingctx, value):
         is_nan = builder.fcmp_unordered("uno", x, x)
         r = builder.select(is_nan, quiet_nan, rounded)
         return builder.trunc(r, ir.IntType(16))
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_to_bf16_finite(typingctx, value):
+    """float32 -> bfloat16 bits, round-to-nearest-even, for a value that is not NaN (finite or
+    infinite): :func:`f32_to_bf16` without its NaN compare, ``or`` and select, three of its
+    eight vector operations. A NaN's low bits may carry into its exponent (0x7FFF8000 -> -0)
+    or round a signalling NaN to infinity, so a caller must know that no NaN reaches it."""
+    sig = types.uint16(value)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        x = context.cast(builder, args[0], signature.args[0], types.float32)
+        b = builder.bitcast(x, i32)
+        lsb = builder.and_(builder.lshr(b, ir.Constant(i32, 16)), ir.Constant(i32, 1))
+        rounded = builder.lshr(builder.add(builder.add(b, ir.Constant(i32, 0x7FFF)), lsb),
+                               ir.Constant(i32, 16))
+        return builder.trunc(rounded, ir.IntType(16))
 
     return sig, codegen
 
