@@ -193,9 +193,8 @@ class _Gen:
         (the output straight, staged, staged), layer_norm 4.36 -> 4.17, 3.90 -> 3.56, 3.70 ->
         3.41, add_rms_norm 3.54 -> 3.56, 3.34 -> 3.23, 3.23 -> 3.05, 3.51 -> 3.23; softmax
         (4096, 4096) -2 to -4%, logsoftmax -4 to -6%, causal_softmax (8, 2048, 2048) -4%;
-        (256, 4096), not
-        streamed (the paired loops), us: rms_norm 176 -> 154, 192 -> 167, layer_norm 327 ->
-        281, 484 -> 404."""
+        (256, 4096), not streamed (the paired loops), us: rms_norm 176 -> 154, 192 -> 167,
+        layer_norm 327 -> 281, 484 -> 404."""
         if not self.finite_rows:
             body(I, False)
             return
