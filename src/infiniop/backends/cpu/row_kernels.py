@@ -194,7 +194,8 @@ class _Gen:
         3.41, add_rms_norm 3.54 -> 3.56, 3.34 -> 3.23, 3.23 -> 3.05, 3.51 -> 3.23; softmax
         (4096, 4096) -2 to -4%, logsoftmax -4 to -6%, causal_softmax (8, 2048, 2048) -4%;
         (256, 4096), not streamed (the paired loops), us: rms_norm 176 -> 154, 192 -> 167,
-        layer_norm 327 -> 281, 484 -> 404."""
+        layer_norm 327 -> 281, 484 -> 404; (the element loop) softmax 0.390 -> 0.364, 0.323 ->
+        0.296 ns an element, causal_softmax (8, 256, 256) 0.357 -> 0.337, 0.373 -> 0.360."""
         if not self.finite_rows:
             body(I, False)
             return
@@ -894,9 +895,10 @@ class _Gen:
             return [_store(self.slots[outs_j[i]].dtype, o, r.dtype, finite)
                     for i, o, r in zip(pick, outs, rs)]
 
-        def loop(indent: str, rng: str, masked: bool = True) -> None:
+        def loop(indent: str, rng: str, masked: bool = True, finite: bool = False) -> None:
             e(f"{indent}for j in range({rng}):")
-            for j, value in zip(outs_j, values(indent + "    ", "o_", masked=masked)):
+            for j, value in zip(outs_j, values(indent + "    ", "o_", masked=masked,
+                                               finite=finite)):
                 e(f"{indent}    q{j}[{self.index(j)}] = {value}")
 
         dense = {self.slot_of_load[k] for k in used} - {j for j in range(self.ns)
@@ -970,7 +972,8 @@ class _Gen:
                 e(f"{I}if {same}:")
                 self.staged_rows(I + "    ", outs_j, "v", functools.partial(values, masked=False))
                 e(f"{I}else:")
-            loop(I + "    " * bool(same), "v", masked=False)
+            self.finite_or_not(I + "    " * bool(same),
+                               lambda J, finite: loop(J, "v", masked=False, finite=finite))
             e(f"{I}for j in range(v, n):")
             for j in outs_j:
                 e(f"{I}    q{j}[{self.index(j)}] = np.{self.st[j]}(0)")
@@ -980,7 +983,10 @@ class _Gen:
             self.staged_rows(I + "    ", outs_j, end, values)
             e(f"{I}else:")
             I += "    "
-        (paired if pairs else loop)(I, *(() if pairs else (end,)))
+        if pairs:
+            paired(I)
+        else:
+            self.finite_or_not(I, lambda J, finite: loop(J, end, finite=finite))
 
     def streamed(self, I: str, outs_j: list[int], end: str, k: int, values,
                  word_loads: list[int] | None = None) -> None:
