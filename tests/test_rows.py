@@ -1219,6 +1219,55 @@ def _rope_f32_roundings(x, pos, sin, cos):
     return y.astype(x.dtype)
 
 
+@pytest.mark.parametrize("algo", [0, 1])
+def test_rope_bf16_rounds_without_the_nan_select_only_with_bf16_tables(handle, monkeypatch, algo):
+    """bf16 rope with bf16 tables rounds without f32_to_bf16's NaN select (rope's
+    ``nan_low_bits_zero``: every NaN reaching the rounding is a bf16 one or the default NaN,
+    its low 16 bits zero), giving the select's bits for quiet and signalling NaNs and
+    infinities in x and the tables; with float32 tables it keeps the select: a table NaN
+    0x7FFFFFFF (-0 without it) leaves NaN in its pairs. Small and streamed calls."""
+    if IN_TRITON:
+        pytest.skip("CPU kernels")
+    from infiniop.backends.cpu import rope as cpu_rope
+
+    rng = np.random.default_rng(41 + algo)
+    x = draw(rng, BF16, (8, 4, 64))
+    xb = x.reshape(-1).view(np.uint16)
+    xb[[5, 77, 300, 901]] = [0x7F81, 0xFFC1, 0x7F80, 0xFF80]  # sNaN, -qNaN, +-inf
+    pos = rng.permutation(16)[:8].astype(np.int32)
+    sin32, cos32 = _tables(rng, 16, 32, np.float32)
+    sin32.view(np.uint32)[pos[2], 3], cos32.view(np.uint32)[pos[5], 7] = 0x7FFFFFFF, 0xFFFF8001
+    sin16, cos16 = sin32.astype(BF16), cos32.astype(BF16)
+    sin16.view(np.uint16)[pos[1], 0] = 0x7F81
+    for sin, cos, plain in ((sin16, cos16, True), (sin32, cos32, False)):
+        d = infiniop.create_rope_descriptor(handle, *(TensorDescriptor.from_array(a) for a in
+                                                      (x, x, pos, sin, cos)), algo)
+        src = cpu_rope.source(d.info.program, "22-11")
+        d.destroy()
+        assert ("f32_to_bf16_finite(" in src) is plain and ("f32_to_bf16(" in src) is not plain
+        a, b = (x[..., 0::2], x[..., 1::2]) if algo == 0 else (x[..., :32], x[..., 32:])
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        sn = sin.astype(np.float32)[pos][:, None, :]
+        cs = cos.astype(np.float32)[pos][:, None, :]
+        want = np.empty(x.shape, np.float32)  # the contract's float32 roundings
+        with np.errstate(invalid="ignore"):
+            o1, o2 = a * cs - b * sn, a * sn + b * cs
+        if algo == 0:
+            want[..., 0::2], want[..., 1::2] = o1, o2
+        else:
+            want[..., :32], want[..., 32:] = o1, o2
+        nan = np.isnan(want)
+        want = np.where(nan, 0, want).astype(BF16)
+        for nt in (1 << 40, 64):  # the pair loops; streamed rows
+            monkeypatch.setattr(runtime, "NT_THRESHOLD_BYTES", nt)
+            got = infiniop.rope(x, pos, sin, cos, algo=algo, out=infiniop.empty_aligned(x.shape, BF16))
+            assert (np.isnan(f64(got)) == nan).all()
+            assert_exact(np.where(nan, 0, got).astype(BF16), want)
+            if plain:  # the select's bits, NaN payloads included (x86 keeps a NaN's payload)
+                bits = np.where(np.isnan(f64(got)), got.view(np.uint16), 0)
+                assert ((bits == 0) | ((bits & 0x7FC0) == 0x7FC0)).all()
+
+
 @pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32], ids=["f16", "bf16", "f32"])
 @pytest.mark.parametrize("dh", [2, 16, 24, 34, 128])
 def test_rope_gptj_swapped_pairs_keep_the_separate_roundings(handle, dtype, dh):
