@@ -465,6 +465,48 @@ def test_bf16_rounds_once_to_nearest_even():
     assert f[4] == INF and np.isnan(f[5:7]).all() and f[7] == INF
 
 
+def test_bf16_outputs_round_without_the_nan_select_only_when_nans_keep_low_bits_zero():
+    """bf16 outputs of bodies over bf16 operands with NaN-keeping operations only (CPU kernels'
+    ``nan_low_bits_zero``) round without f32_to_bf16's NaN select, with its bits: quiet and
+    signalling NaNs and infinities through sub, mul, maximum, minimum and a division, every
+    result as float32 arithmetic rounded once. A float32 operand keeps the select: its NaN
+    0x7FFFFFFF (-0 without it) stays NaN."""
+    from infiniop.backends.cpu import elementwise_kernels as ek
+
+    bf = ml_dtypes.bfloat16
+    specials = np.array([0x7F81, 0xFFC1, 0x7FFF, 0x7F80, 0xFF80, 0x0000, 0x8000, 0x3F80],
+                        np.uint16).view(bf)
+    rng = np.random.default_rng(5)
+    a = np.concatenate([np.repeat(specials, 8), rng.standard_normal(4000).astype(bf)])
+    b = np.concatenate([np.tile(specials, 8), rng.standard_normal(4000).astype(bf)])
+    body = infiniop.elementwise("nan_keeping_bf16", ("x", "y"), [DType.BF16],
+                                lambda m, x, y: m.maximum(x - y, m.minimum(x * y, x / (y + 2.0))))
+    prog = body.program(body.signatures[0])
+    assert ek.nan_low_bits_zero(prog)
+    assert "f32_to_bf16_finite(" in ek.source(prog, "flat", "111")
+    got = body(a, b)
+    fa, fb = a.astype(np.float32), b.astype(np.float32)
+    with np.errstate(all="ignore"):
+        d, p, q = fa - fb, fa * fb, fa / (fb + np.float32(2.0))
+    lo = np.where(np.isnan(p) | (p < q), p, q)
+    want = np.where(np.isnan(d) | (d > lo), d, lo)
+    nan = np.isnan(want)
+    assert (np.isnan(got.astype(np.float32)) == nan).all() and nan.sum() > 40
+    assert_exact(got[~nan], want[~nan].astype(bf))
+    assert ((got.view(np.uint16)[nan] & 0x7FC0) == 0x7FC0).all()  # quiet, as the select makes
+    mixed = infiniop.elementwise("nan_keeping_f32_in", ("x", "y"), [DType.BF16],
+                                 lambda m, x, y: x * y, signatures=["f32, bf16 -> bf16"])
+    mprog = mixed.program(mixed.signatures[0])
+    assert not ek.nan_low_bits_zero(mprog)
+    x = np.array([0x7FFFFFFF, 0xFFFF8001, 0x3F800000], np.uint32).view(np.float32)
+    got = mixed(x, np.ones(3, bf))
+    assert np.isnan(got[:2].astype(np.float32)).all() and got[2] == 1
+    for name in ("silu", "hardtanh", "sub"):  # bit steps; a scalar parameter; neither
+        spec = REGISTRY[name]
+        prog = spec.program(next(s for s in spec.signatures if s.dtypes[0] is DType.BF16))
+        assert ek.nan_low_bits_zero(prog) is (name == "sub")
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_float_special_values(dtype):
     """Every pair of NaN, +-inf, +-0, +-1 through every operator tested on this dtype."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 
 from ...dtype import DType
-from ...elementwise.expr import BINARY, LIBM, Expr, topo
+from ...elementwise.expr import BINARY, COMPARE, LIBM, Expr, topo
 from . import codegen, fission, native, ndarray_abi
 from .codegen import kernels
 from .cpuinfo import TILE_ROW_BYTES, intel
@@ -410,6 +410,27 @@ def _load(dtype: DType, src: str) -> str:
     return f"np.uint64({src})" if dtype.is_unsigned_int else f"np.int64({src})"
 
 
+# Operations whose NaN result is an operand's NaN (quieted: the payload kept) or the default NaN
+# (see nan_low_bits_zero)
+_NAN_KEEPING = frozenset(("input", "const", "cast", "neg", "abs", "fma", "minimum", "maximum",
+                          "where", "sqrt", "floor", "ceil", "trunc", "rint", "isnan", "add", "sub",
+                          "mul", "truediv") + COMPARE)
+
+
+def nan_low_bits_zero(program) -> bool:
+    """Whether the program's bf16 outputs may round without f32_to_bf16's NaN select
+    (``f32_to_bf16_finite``: 3 of the rounding's 8 vector operations fewer): every loaded operand
+    bf16 or an integer, no scalar parameters or NaN constants, only operations of _NAN_KEEPING.
+    A NaN reaching the rounding is then a bf16 input's, quieted, or the default NaN, its low 16
+    bits zero (float64 steps keep them: a float32 NaN widened and narrowed again, or the
+    default one), so nothing carries and the bits are the select's (hi | 0x40)."""
+    if any(s.load is not None and s.dtype.is_float and s.dtype is not DType.BF16
+           for s in program.slots):
+        return False
+    return all(n.op in _NAN_KEEPING and not (n.op == "const" and n.args[0] != n.args[0])
+               for n in topo(program.results))
+
+
 def _store(dtype: DType, value: str, t: str, finite: bool = False) -> str:
     """``value`` (compute type ``t``) converted to ``dtype``'s storage. fp16/bf16 from anything
     but float32 go through float64 and float32 rounded to odd: one rounding in all (from
@@ -446,6 +467,7 @@ class _Gen:
                               if s.load is not None and pattern[j] != "0"})
         self.params = [f"p{k}" for k in range(len(program.params))]
         self.written = [j for j, s in enumerate(self.slots) if s.store is not None]
+        self.nan_plain = nan_low_bits_zero(program)  # bf16 rounded without the NaN select
         self.L: list[str] = []
         # a body with few float constants names them (see constant_definitions), defined where
         # each function starts (``wide``'s marks)
@@ -501,7 +523,8 @@ class _Gen:
             return [(outs[self.slots[j].store], self.p.results[self.slots[j].store].dtype)
                     for j in self.written]
         return [_store(self.slots[j].dtype, outs[self.slots[j].store],
-                       self.p.results[self.slots[j].store].dtype) for j in self.written]
+                       self.p.results[self.slots[j].store].dtype, self.nan_plain)
+                for j in self.written]
 
     def render(self, indent: str, ptr: str, index: str, roots, stride: str = "st",
                lane: str = "", given: dict | None = None, prefix: str = "t",
@@ -660,7 +683,8 @@ class _Gen:
         self.emit(f"{ind}for i in range(cw):")
         for j in self.written:
             if j in wide:
-                lanes = [_store(DType.BF16, f"sp{j}[{k} * i + {u}]", "f32") for u in range(k)]
+                lanes = [_store(DType.BF16, f"sp{j}[{k} * i + {u}]", "f32", self.nan_plain)
+                         for u in range(k)]
                 word = packed_word(lanes, bits)
             else:
                 word = f"sw{j}[i]"
@@ -755,15 +779,15 @@ class _Gen:
             for j in self.written:
                 word = f"sw{j}[i]"
                 if j in wide:
-                    word = packed_word([_store(DType.BF16, f"sp{j}[{k} * i + {u}]", "f32")
-                                        for u in range(k)], 32 // k)
+                    word = packed_word([_store(DType.BF16, f"sp{j}[{k} * i + {u}]", "f32",
+                                               self.nan_plain) for u in range(k)], 32 // k)
                 e(f"{ind}        nt_store(w{j}, (z0 - zh) // {k} + i, {word})")
             e(f"{ind}else:")
             plain += "    "
         e(f"{plain}for i in range(zw):")
         for j in self.written:
             idx = "z0 + i" if self.pattern[j] == "1" else f"(z0 + i) * st{j}"
-            v = _store(DType.BF16, f"sp{j}[i]", "f32") if j in wide else f"sp{j}[i]"
+            v = _store(DType.BF16, f"sp{j}[i]", "f32", self.nan_plain) if j in wide else f"sp{j}[i]"
             e(f"{plain}    {ptr}{j}[{idx}] = {v}")
         e(f"{ind}z0 = z1")
 
@@ -783,7 +807,7 @@ class _Gen:
             if j in wide:  # staged as float32: rounded to odd unless it is one (see _store)
                 v = v if t == "f32" else f"f64_to_f32_odd(np.float64({v}))"
             else:
-                v = _store(self.slots[j].dtype, v, t)
+                v = _store(self.slots[j].dtype, v, t, self.nan_plain)
             if nt:
                 self.emit(f"{indent}    nt_store({ptr}{j}, {first} + i, {v})")
             else:
