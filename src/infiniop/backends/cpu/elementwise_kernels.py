@@ -427,8 +427,13 @@ def nan_low_bits_zero(program) -> bool:
     if any(s.load is not None and s.dtype.is_float and s.dtype is not DType.BF16
            for s in program.slots):
         return False
+    return keeps_nan_payloads(program.results)
+
+
+def keeps_nan_payloads(results) -> bool:
+    """Whether ``results`` use only operations of _NAN_KEEPING and no NaN constant."""
     return all(n.op in _NAN_KEEPING and not (n.op == "const" and n.args[0] != n.args[0])
-               for n in topo(program.results))
+               for n in topo(results))
 
 
 def _store(dtype: DType, value: str, t: str, finite: bool = False) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...dtype import DType
-from ...elementwise.expr import topo
 from . import native, ndarray_abi, runtime
 from .codegen import kernels
 from .elementwise import launcher_arrays
@@ -26,6 +25,7 @@ from .elementwise_kernels import (
     _load,
     _store,
     aliasing_test,
+    keeps_nan_payloads,
     launcher,
     launcher_tables,
 )
@@ -102,14 +102,13 @@ _ROPE_LINES = ["r_0 = (a * cs)", "r_1 = (b * sn)", "r_2 = (r_0 - r_1)", "r_3 = (
 def nan_low_bits_zero(dts, results) -> bool:
     """Whether bf16 outputs round with ``f32_to_bf16_finite`` (no NaN select: 3 of the
     rounding's 8 vector operations): x, sin and cos all bf16 and the rotation plain
-    arithmetic, so a NaN reaching the rounding is an input's, quieted, or the default NaN, its
-    low 16 bits zero: nothing carries, and the bits are the select's (hi | 0x40). float32
-    tables keep the select (their NaNs' low bits may carry). (2048, 32, 128), AMD EPYC Zen 3,
-    2026-11-29, on the pool, old and new kernels alternating in one process, same bits, y on a
-    page / 48 bytes ahead, ms: GPT-J 1.79 -> 1.50 / 1.39 -> 1.25, 2.21 -> 1.79 / 1.60 -> 1.40;
+    arithmetic (``keeps_nan_payloads``), so a NaN reaching the rounding is an input's,
+    quieted, or the default NaN, its low 16 bits zero: nothing carries, and the bits are the
+    select's (hi | 0x40). float32 tables keep the select (their NaNs' low bits may carry).
+    (2048, 32, 128), AMD EPYC Zen 3, 2026-11-29, on the pool, old and new kernels alternating
+    in one process, same bits, y on a page / 48 bytes ahead, ms: GPT-J 1.79 -> 1.50 / 1.39 -> 1.25, 2.21 -> 1.79 / 1.60 -> 1.40;
     NeoX 1.75 -> 1.61 / 1.59 -> 1.43, 1.51 -> 1.34 / 1.64 -> 1.37."""
-    return (all(dts[k] == DType.BF16 for k in (0, 1, 3, 4))
-            and all(n.op in ("input", "mul", "add", "sub", "neg", "fma") for n in topo(results)))
+    return all(dts[k] == DType.BF16 for k in (0, 1, 3, 4)) and keeps_nan_payloads(results)
 
 
 def swapped_pairs(dts, lines, outs) -> bool:
