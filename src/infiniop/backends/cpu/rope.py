@@ -106,8 +106,9 @@ def nan_low_bits_zero(dts, results) -> bool:
     quieted, or the default NaN, its low 16 bits zero: nothing carries, and the bits are the
     select's (hi | 0x40). float32 tables keep the select (their NaNs' low bits may carry).
     (2048, 32, 128), AMD EPYC Zen 3, 2026-11-29, on the pool, old and new kernels alternating
-    in one process, same bits, y on a page / 48 bytes ahead, ms: GPT-J 1.79 -> 1.50 / 1.39 -> 1.25, 2.21 -> 1.79 / 1.60 -> 1.40;
-    NeoX 1.75 -> 1.61 / 1.59 -> 1.43, 1.51 -> 1.34 / 1.64 -> 1.37."""
+    in one process, same bits, y on a page / 48 bytes ahead, ms: GPT-J 1.79 -> 1.50 / 1.39 ->
+    1.25, 2.21 -> 1.79 / 1.60 -> 1.40; NeoX 1.75 -> 1.61 / 1.59 -> 1.43, 1.51 -> 1.34 / 1.64 ->
+    1.37."""
     return all(dts[k] == DType.BF16 for k in (0, 1, 3, 4)) and keeps_nan_payloads(results)
 
 
