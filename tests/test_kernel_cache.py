@@ -146,7 +146,7 @@ def cache_root(tmp_path, monkeypatch):
         _write(tmp_path / "elsewhere" / "k.py311.nbi"),  # reachable only through a symlink
     ]
     (root / "k0.1.0-aaaaaaaaaaaaaaaa").symlink_to(tmp_path / "elsewhere")
-    monkeypatch.setattr(kernel_cache, "root", lambda: root)
+    monkeypatch.setattr(kernel_cache, "root", lambda: str(root))  # a str, as the real one returns
     return root, ours, users
 
 

@@ -77,9 +77,11 @@ def _info() -> int:
 
 
 def _clear_cache(dry_run: bool) -> int:
+    from pathlib import Path
+
     from . import kernel_cache
 
-    where = kernel_cache.root()
+    where = Path(kernel_cache.root())
     found = kernel_cache.clear(dry_run=dry_run)
     if not found:
         print(f"nothing to remove: no compiled kernels in {where}")
