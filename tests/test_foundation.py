@@ -59,6 +59,30 @@ def test_infini_error_carries_status_and_message():
         InfiniError(9, "no such status")
 
 
+def _shape_mismatch(n):
+    """Module level: a process pool pickles it by reference."""
+    infiniop.sub(np.ones(n, np.float32), np.ones(n + 1, np.float32))
+
+
+def test_infini_error_pickles_with_its_status_and_crosses_a_process_pool():
+    import concurrent.futures as cf
+    import multiprocessing
+    import pickle
+
+    e = InfiniError(Status.BAD_TENSOR_SHAPE, "operand 'b': shape (4,)")
+    e.note = "kept"
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is InfiniError and back.status is Status.BAD_TENSOR_SHAPE
+    assert str(back) == str(e) and back.note == "kept"
+    # a worker's InfiniError reaches the caller as itself, and the pool stays usable
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        with pytest.raises(InfiniError) as got:
+            pool.submit(_shape_mismatch, 3).result(timeout=300)
+        assert got.value.status is Status.BAD_TENSOR_SHAPE and "(4,)" in str(got.value)
+        assert pool.submit(abs, -2).result(timeout=300) == 2
+
+
 def print_of(x) -> str:
     buf = io.StringIO()
     print(x, file=buf)

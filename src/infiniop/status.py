@@ -49,6 +49,11 @@ class InfiniError(Exception):
     def __repr__(self) -> str:
         return f"InfiniError({self.status.name}, {str(self)!r})"
 
+    def __reduce__(self):
+        """Pickle with the status: an error raised in a worker process (multiprocessing, Dask)
+        reaches the caller as itself, not as a broken pool."""
+        return type(self), (self.status, str(self)), self.__dict__
+
 
 def fail(status: Status, message: str) -> InfiniError:
     """Build an InfiniError to ``raise`` (keeps raise sites short)."""
