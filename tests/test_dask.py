@@ -268,6 +268,28 @@ def test_operators_round_trip_through_cloudpickle():
     assert_exact(copy(x), user(x))
 
 
+def test_registered_user_operators_reach_a_process_that_never_defined_them():
+    """The README's form (``register=True``, the default) defined inside a function or a
+    notebook cell: the receiving process has no such name, so it must get the definition."""
+    import subprocess
+    import sys
+
+    c = float(np.float32(1.75))
+    ew = infiniop.elementwise("dask_registered_ew", ("x",), infiniop.FLOATS, lambda m, x: x * c - 1)
+    row = infiniop.row_operator("dask_registered_row", "y:out, x", lambda m, v: v - m.max(v) * c)
+    assert pickle.loads(cloudpickle.dumps(ew)) is ew  # the defining process keeps its object
+    x = values((3, 5), np.float32)
+    code = ("import pickle, sys, numpy as np; ew, row, x = pickle.loads(sys.stdin.buffer.read()); "
+            "sys.stdout.buffer.write(pickle.dumps((ew(x), row(x))))")
+    r = subprocess.run([sys.executable, "-c", code], input=cloudpickle.dumps((ew, row, x)),
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    got_ew, got_row = pickle.loads(r.stdout)
+    assert_exact(got_ew, ew(x))
+    assert_exact(got_row, row(x))
+    assert pickle.loads(cloudpickle.dumps(infiniop.softmax)) is infiniop.softmax  # built-ins: by name
+
+
 # ---------------------------------------------------------------------------------------------
 # rearrange and copy_
 # ---------------------------------------------------------------------------------------------

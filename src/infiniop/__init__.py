@@ -50,8 +50,7 @@ del globals()["rearrange"]
 # none of them (the 41 elementwise operators took ~4 ms, the row operators' modules ~7 ms, of the
 # ~100 ms budget for import + first result), and at its first call for that module only.
 _OPERATOR_MODULES = {name: (f"ops.{module}", name.upper()) for name, module in _ops.MODULE_OF.items()}
-_ROW_OPERATORS = ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "causal_softmax",
-                  "logsoftmax")
+_ROW_OPERATORS = _ops.ROW_OPERATORS
 _OPERATOR_MODULES |= {name: ("rows.ops", name.upper()) for name in _ROW_OPERATORS}
 _LAZY = {
     "RowDescriptor": ("rows", "RowDescriptor"), "RowSpec": ("rows", "RowSpec"),

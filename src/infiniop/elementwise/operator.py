@@ -34,11 +34,11 @@ class ElementwiseOperator(ElementwiseSpec):
         return call(self, arrays, out, params)
 
     def __reduce__(self):
-        """Registered operators pickle by name; others as their definition, so a user's operator
-        reaches other processes (Dask workers): ``fn`` travels by value with cloudpickle (a
-        lambda) or by reference with pickle (a module-level function); the receiver traces it
-        again."""
-        if REGISTRY.get(self.name) is self:
+        """Built-in operators pickle by name; every other one as its definition, registered or
+        not, so a user's operator reaches processes that never defined it (Dask workers, a
+        notebook's cluster): ``fn`` travels by value with cloudpickle (a lambda) or by
+        reference with pickle (a module-level function); the receiver traces it again."""
+        if REGISTRY.get(self.name) is self and _is_builtin(self.name):
             return (_registered, (self.name,))
         init = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         return _unpickle, (init, self.key)
@@ -92,12 +92,21 @@ def _registered(name: str) -> ElementwiseOperator:
     return REGISTRY[name]
 
 
+def _is_builtin(name: str) -> bool:
+    from ..ops import MODULE_OF
+
+    return name in MODULE_OF
+
+
 _UNPICKLED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _unpickle(init: dict, key: str) -> ElementwiseOperator:
     """One operator object per process for one definition (the first copy unpickled), so
     per-operator caches keep hitting."""
+    known = REGISTRY.get(init["name"])  # the process that defined it gets its own object back
+    if known is not None and known.key == key:
+        return known
     known = _UNPICKLED.get(key)
     if known is not None and all(getattr(known, k) == v for k, v in init.items() if k != "fn"):
         return known

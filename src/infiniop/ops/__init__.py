@@ -25,6 +25,9 @@ MODULES = {
     "quant": ("per_tensor_dequant_int8",),
 }
 MODULE_OF = {name: module for module, names in MODULES.items() for name in names}
+# the built-in row operators (``infiniop.rows.ops``; rope is a descriptor of its own)
+ROW_OPERATORS = ("rms_norm", "add_rms_norm", "layer_norm", "softmax", "causal_softmax",
+                 "logsoftmax")
 
 
 def _operator(name: str):

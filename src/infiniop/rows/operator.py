@@ -8,9 +8,11 @@ the functional front end, which only read the definition.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 
 from ..elementwise import signature as sigs
 from ..elementwise.spec import FLOATS, Param
+from ..ops import ROW_OPERATORS
 from .descriptor import RowDescriptor
 from .functional import call
 from .spec import REGISTRY, RowSpec, parse_operands
@@ -31,9 +33,12 @@ class RowOperator(RowSpec):
         return call(self, arrays, out, params)
 
     def __reduce__(self):
-        if REGISTRY.get(self.name) is self:
+        """Built-ins pickle by name, every other operator (registered or not) by value: a
+        process that never defined it (a Dask worker) gets the definition."""
+        if REGISTRY.get(self.name) is self and self.name in ROW_OPERATORS:
             return (_registered, (self.name,))
-        return object.__reduce__(self)
+        init = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        return _unpickle, (init,)
 
 
 def _registered(name: str) -> RowOperator:
@@ -42,6 +47,16 @@ def _registered(name: str) -> RowOperator:
     if name not in REGISTRY:
         from . import ops  # noqa: F401
     return REGISTRY[name]
+
+
+def _unpickle(init: dict) -> RowOperator:
+    """The definition, rebuilt (its caches and lock are the receiver's own); the operator the
+    receiver registered itself when that is this very definition."""
+    known = REGISTRY.get(init["name"])
+    if known is not None and all(getattr(known, k) is v or getattr(known, k) == v
+                                 for k, v in init.items()):
+        return known
+    return RowOperator(**init)
 
 
 def row_operator(name: str, operands, fn: Callable, *, dtypes=FLOATS, signatures=None,
