@@ -655,3 +655,19 @@ def test_ndarray_fields_are_where_the_launchers_read_them():
         a.flags.writeable = bool(k % 3)
         got, want = ndarray_abi._fields(a), ndarray_abi._expected(a)
         assert got[:5] == want[:5] and got[5] & 0x401 == want[5], (shape, dt)
+
+
+def test_a_dtype_mismatch_names_the_operands_that_decided_it():
+    """A functional call's wrong ``out=`` fixes T first (C order: outputs first), so the input
+    is reported as the mismatch: the message must name the out operand that decided it."""
+    a = np.ones((2, 3), np.float32)
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.sub, a, a, out=np.empty((2, 3), np.float64),
+           match="operand 'a' has dtype float32, expected float64 here (with 'out' float64)")
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.softmax, a, out=np.empty((2, 3), np.float16),
+           match="(with 'y' float16)")
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.rope, np.ones((1, 1, 4), np.float16),
+           np.zeros(1, np.int32), np.ones((1, 2), np.float32), np.ones((1, 2), np.float32),
+           out=np.empty((1, 1, 4), np.float32), algo=0,
+           match="operand 'x' has dtype float16, expected float32 here (with 'y' float32)")
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.sub, a, a.astype(np.int32),  # no out=: an input decided
+           match="operand 'b' has dtype int32, expected float32 here (with 'a' float32) (accepted")

@@ -135,9 +135,18 @@ def match(name: str, operands, signatures, dtypes, accepted) -> Signature:
             continue
         left = [s for s in cands if s.dtypes[k] is d]
         if not left:
-            allowed = ", ".join(x.short_name for x in sorted({s.dtypes[k] for s in cands}))
-            raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                              f"{name}: operand '{o.name}' has dtype {d}, expected "
-                              f"{allowed} here (accepted: {accepted()})")
+            given = [(p.name, g) for p, g in zip(operands[:k], dtypes[:k]) if g is not None]
+            raise dtype_error(name, o.name, d, {s.dtypes[k] for s in cands}, given, accepted())
         cands = left
     raise AssertionError("unreachable: some operand must mismatch")
+
+
+def dtype_error(op: str, operand: str, dtype, allowed, given, accepted: str) -> InfiniError:
+    """BAD_TENSOR_DTYPE for the first operand (C order) no signature allows, naming the operands
+    before it that decided what it may be (often the output, which a functional call's
+    ``out=`` supplies: the input is not always the operand to fix)."""
+    after = ", ".join(f"'{n}' {g}" for n, g in given)
+    return InfiniError(Status.BAD_TENSOR_DTYPE,
+                       f"{op}: operand '{operand}' has dtype {dtype}, expected "
+                       f"{', '.join(x.short_name for x in sorted(allowed))} here"
+                       + (f" (with {after})" if after else "") + f" (accepted: {accepted})")

@@ -140,11 +140,9 @@ def _match(dtypes):
     for k, name in enumerate(NAMES):  # the first operand no signature agreeing so far allows
         left = [s for s in SIGNATURES if s.dtypes[:k + 1] == dtypes[:k + 1]]
         if not left:
-            allowed = sorted({s.dtypes[k] for s in SIGNATURES if s.dtypes[:k] == dtypes[:k]})
-            raise InfiniError(Status.BAD_TENSOR_DTYPE,
-                              f"rope: operand '{name}' has dtype {dtypes[k]}, expected "
-                              f"{', '.join(d.short_name for d in allowed)} here (accepted: "
-                              f"{sigs.describe(list(PATTERNS), frozenset())})")
+            allowed = {s.dtypes[k] for s in SIGNATURES if s.dtypes[:k] == dtypes[:k]}
+            raise sigs.dtype_error("rope", name, dtypes[k], allowed, list(zip(NAMES, dtypes[:k])),
+                                   sigs.describe(list(PATTERNS), frozenset()))
     raise AssertionError("unreachable")
 
 
