@@ -1230,3 +1230,19 @@ def test_parameter_conversion_errors_are_bad_param():
     for kw in ({"beta": 0.0}, {"beta": NAN}, {"beta": INF}, {"threshold": NAN}):
         raises(Status.BAD_PARAM, infiniop.fused_gated_delta_net_gating, *(X8,) * 4, **kw)
     assert infiniop.fused_gated_delta_net_gating.params == infiniop.softplus.params
+
+
+def test_help_names_a_descriptor_api_that_exists():
+    """help(op) shows how to create a descriptor: a function of infiniop for a built-in, the
+    operator's own method for a user's (there is no infiniop.create_<user op>_descriptor)."""
+
+    def creator(op):
+        line = next(x for x in type(op).__doc__.splitlines() if x.startswith("Descriptor API:"))
+        return line.split(": ", 1)[1].split("(", 1)[0]
+
+    assert creator(infiniop.hardtanh) == "infiniop.create_hardtanh_descriptor"
+    assert infiniop.create_hardtanh_descriptor is not None
+    mine = infiniop.elementwise("help_softclamp", ("x",), infiniop.FLOATS, lambda m, x: x * 0.5,
+                                register=False)
+    assert creator(mine) == "help_softclamp.create_descriptor"
+    assert not hasattr(infiniop, "create_help_softclamp_descriptor")

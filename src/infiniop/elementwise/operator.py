@@ -62,7 +62,7 @@ def help_text(name, ops, patterns, tvars, params, doc, example) -> str:
     returns = ", ".join(o.name for o in ops if o.writes)
     lines = [doc or f"The {name} operator.", "",
              f"Returns {returns}" + (" (allocated unless given as out=)." if outs else "."),
-             f"Descriptor API: create_{name}_descriptor(handle, {names}"
+             f"Descriptor API: {_creator(name)}(handle, {names}"
              + "".join(f", {p.name}=..." for p in params) + ")",
              f"                desc.calculate(workspace, {names}, stream=None)",
              f"Signatures (inputs -> outputs): {sigs.describe(list(patterns), tvars)}"]
@@ -79,6 +79,12 @@ def help_text(name, ops, patterns, tvars, params, doc, example) -> str:
     if example:
         lines += ["", "Example:", "", example]
     return "\n".join(lines)
+
+
+def _creator(name: str) -> str:
+    """How the descriptor API is reached: built-ins have a function of their own in infiniop;
+    a user's operator creates descriptors itself."""
+    return f"infiniop.create_{name}_descriptor" if _is_builtin(name) else f"{name}.create_descriptor"
 
 
 def _registered(name: str) -> ElementwiseOperator:
