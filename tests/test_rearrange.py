@@ -611,6 +611,11 @@ def test_pattern_errors_point_at_the_problem():
     raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", b=4, match="extent 3")
     raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", q=4, match="'q'")
     raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", b=-3)
+    e = raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", b=np.arange(3000),
+               match="got a ndarray of shape (3000,)")
+    assert len(str(e)) < 200  # not the whole array
+    raises(Status.BAD_PARAM, rearrange, x, "a b c -> c b a", out=np.empty((4, 3, 2), np.float32),
+           match="rearrange has no out= (keywords are axis sizes); infiniop.copy_(out,")
     raises(Status.BAD_PARAM, rearrange, x, 42)
     raises(Status.BAD_PARAM, rearrange, x.ctypes.data, "a -> a")
 

@@ -138,7 +138,12 @@ def _parse(pattern: str) -> Pattern:
 
 def _axis_size(name, value, pattern) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise _err(pattern, None, f"size of axis '{name}' must be an int >= 0, got {value!r}")
+        if name == "out":
+            raise _err(pattern, None, "rearrange has no out= (keywords are axis sizes); "
+                                      "infiniop.copy_(out, infiniop.rearrange(x, pattern)) writes "
+                                      "the result into an existing array")
+        shown = repr(value) if np.ndim(value) == 0 else f"a {type(value).__name__} of shape {np.shape(value)}"
+        raise _err(pattern, None, f"size of axis '{name}' must be an int >= 0, got {shown}")
     return int(value)
 
 
