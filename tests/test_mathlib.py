@@ -23,6 +23,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import raises
 from mathlib_support import (
     NumpyMath,
     correctly_rounded,
@@ -35,6 +36,7 @@ from mathlib_support import (
 )
 
 import infiniop
+from infiniop import Status
 from infiniop.elementwise import mathlib
 
 torch = pytest.importorskip("torch")
@@ -557,6 +559,35 @@ def test_softplus_parameters():
                        (np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))) / beta)
         assert ulp_error(y, ref, np.float32).max() <= 1.0, (beta, threshold)
         assert correctly_rounded(y, ref, np.float32).mean() >= 0.99, (beta, threshold)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64], ids=["f32", "f64"])
+def test_softplus_operator_for_any_accepted_beta(dt):
+    """The operator with betas that are not powers of two (a float32 1 / beta cost float64
+    results up to 2^21 ulp at beta = 3; rounding the small branch before the division cost
+    float32 1.3 ulp), tiny and huge ones, and the limits: within 1 ulp of the longdouble
+    value; beyond z = beta x's range the results must be 0 / x, never exp(clamp) / beta."""
+    rng = np.random.default_rng(7)
+    tol = 1.0
+    for beta in (3.0, -3.0, 1.7, 1e-3, -1e-3, 100.0, 2.0 ** -10, 1e38, -7.5e30):
+        b = np.float32(beta)
+        z = np.concatenate([rng.uniform(-200, 30, 3000), rng.uniform(-20, 20, 3000),
+                            -np.logspace(0, 12, 200)])
+        with np.errstate(over="ignore"):
+            x = np.concatenate([(z / np.float64(b)).astype(dt), np.array([-np.inf, np.inf, 0.0, -0.0], dt)])
+        y = infiniop.softplus(x, beta=beta)
+        xl = x.astype(LD)
+        with np.errstate(all="ignore"):
+            zl = xl * LD(b)
+            soft = (np.maximum(zl, 0) + np.log1p(np.exp(-np.abs(zl)))) / LD(b)
+            ref = np.where(x.astype(np.float64) * np.float64(b) > 20.0, xl, soft)  # threshold on the exact z
+        ref = np.where(np.isinf(x) & (x * b > 0), xl, np.where(np.isinf(x), LD(0) / LD(b), ref))
+        err = ulp_error(y, ref, dt)
+        assert err.max() <= tol, (beta, x[np.argmax(err)], y[np.argmax(err)], err.max())
+    # threshold inf: +inf stays inf (it went through the log: inf - inf)
+    assert infiniop.softplus(np.array([np.inf, -np.inf], dt), threshold=np.inf).tolist() == [np.inf, 0.0]
+    for beta in (2.0 ** -10.5, 1e-30, 1e-45, -1e-12):  # below the kernels' exp range: refused
+        raises(Status.BAD_PARAM, infiniop.softplus, x, beta=beta, match="|beta| >= 2^-10")
 
 
 @pytest.mark.parametrize("dt", ["f16", "bf16"])

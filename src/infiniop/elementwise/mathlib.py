@@ -660,8 +660,10 @@ def softplus(m, x, beta=1.0, threshold=20.0):
         return _softplus_half(m, x, beta, threshold)
     T = _consts(x)
     one = isinstance(beta, int | float) and beta == 1
-    zh, zl = (x, None) if one else _two_prod(m, x, beta if not isinstance(beta, int | float)
-                                              else _c(m, beta, x))
+    # a run-time beta is a float32 scalar: in x's type, so that 1 / beta below is float64 for
+    # float64 x (a float32 reciprocal cost float64 results up to 2^21 ulp: beta = 3)
+    beta = _c(m, beta, x) if isinstance(beta, int | float) else m.cast(beta, x.dtype)
+    zh, zl = (x, None) if one else _two_prod(m, x, beta)
     if zl is not None:  # the error term of beta x: none where -|beta x| is clamped below (it
         zl = m.where(m.abs(zh) <= -T.sig_lo, zl, _c(m, 0.0, x))  # is huge or NaN there)
     az = m.abs(zh)
@@ -678,10 +680,11 @@ def softplus(m, x, beta=1.0, threshold=20.0):
         lo = lo + m.where(pos, zl, _c(m, 0.0, x))
     # far below 0 the log's input 1 + e^z loses e^z's low part: log1p(e^z) = e^z (1 - e^z/2),
     # scaled once (no double rounding of subnormals)
+    # (hh + lo kept apart: a division by beta follows, and rounding ys first cost 1.3 ulp)
     small = zh < T.softplus_small
-    ys = s + m.fma(s, (s * S) * -0.5, sl)
-    hh = m.where(small, ys * _pow2(m, t, T.scale_split, x), hh)
-    lo = m.where(small, _c(m, 0.0, x), lo)
+    P = _pow2(m, t, T.scale_split, x)
+    hh = m.where(small, s * P, hh)
+    lo = m.where(small, m.fma(s, (s * S) * -0.5, sl) * P, lo)
     f = m.where(small, _c(m, 2.0 ** -T.scale_split, x), 1.0)
     if one:
         y = (hh + lo) * f
@@ -689,7 +692,8 @@ def softplus(m, x, beta=1.0, threshold=20.0):
         rb = 1.0 / beta
         qh = hh * rb
         y = m.fma(m.fma(-qh, beta, hh) + lo, rb, qh) * f   # (hh + lo) / beta, rounded once
-    return m.where(zh > threshold, x, y)
+    # beta x = +inf: softplus(z) / beta = z / beta = x (also where threshold is inf)
+    return m.where((zh > threshold) | (zh > T.big), x, y)
 
 
 # log1p(t) = t P(t), t in [0, 1]: 2^-21.9 relative (Lawson's weighted least squares, float32

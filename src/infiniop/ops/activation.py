@@ -33,11 +33,20 @@ HARDTANH = elementwise(
     doc="output = min(max(input, min_val), max_val); min_val <= max_val")
 
 
+def _beta_in_range(v):
+    """softplus's beta: finite, |beta| >= 2^-10. Below it, exp(beta x) leaves the range the
+    kernels evaluate it in (float32 exp(-112), float64 exp(-760)) while exp(beta x) / beta is
+    still representable: such results were 2-10^5 ulp off (beta = 7e-5: 2 ulp in float32,
+    beta = 1e-12: 2e5 ulp of a float64 subnormal) or NaN (1 / beta overflowing float32)."""
+    if not (v == v and abs(v) != float("inf") and abs(v) >= 2.0 ** -10):
+        return "must be finite with |beta| >= 2^-10 (0.0009765625)"
+    return None
+
+
 SOFTPLUS = elementwise(
     "softplus", ("x",), FLOATS, lambda m, x, beta, threshold: m.softplus(x, beta, threshold),
     outputs=("y",),
-    params=(Param("beta", "f32", 1.0, lambda v: "must be non-zero and finite"
-                  if not (v == v and v != 0 and abs(v) != float("inf")) else None),
+    params=(Param("beta", "f32", 1.0, _beta_in_range),
             Param("threshold", "f32", 20.0, _not_nan)),
     doc="y = x if beta*x > threshold else log1p(exp(beta*x)) / beta")
 SWIGLU = elementwise("swiglu", ("a", "b"), FLOATS, lambda m, a, b: m.swiglu(a, b),
