@@ -625,7 +625,7 @@ def _hardswish(m, x):
     y = m.fma(rem, 1.0 / 6.0, q)
     sub = T.tiny * 2.0 ** -T.mant  # odd subnormal x: x/2 + tail rounds up, (x + 1 ulp) / 2 exactly
     odd = (m.abs(x) < 2.0 * T.tiny) & ((m.bitcast(x, T.int) & 1) > 0)
-    y = m.where(odd, (x + sub) * 0.5, y)
+    y = m.where(odd, _copysign(m, (x + sub) * 0.5, x), y)          # x = -sub: -0, not +0
     return m.where(x >= 3.0, x, m.where(x <= -3.0, _c(m, -0.0, x), y))
 
 
