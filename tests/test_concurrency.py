@@ -277,3 +277,18 @@ print("ok")
     # the third process reuses both caches (no new module: same sources, same names)
     check_isolated(WORKLOAD + "workload('after')\nprint('ok')", env=env, timeout=300)
     assert check_cache_dir(cache) == files
+
+
+def test_thread_count_ignores_a_numba_import_in_progress(monkeypatch):
+    """While one thread's first compilation imports Numba, sys.modules already holds the
+    half-made module: other threads' descriptors asked it for the thread count and failed
+    with AttributeError (found with 3 threads creating softmax descriptors from the disk cache
+    while the main thread compiled). The count comes from our own setting until jit.py says
+    Numba is ready."""
+    import types
+
+    monkeypatch.setattr(runtime, "_numba_ready", False)
+    monkeypatch.setitem(sys.modules, "numba", types.ModuleType("numba"))  # no attributes yet
+    monkeypatch.setitem(sys.modules, "infiniop.backends.cpu.jit", types.ModuleType("jit"))
+    assert runtime.num_threads() == runtime._threads
+    runtime.set_num_threads(runtime._threads)

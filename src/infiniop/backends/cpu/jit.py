@@ -139,7 +139,9 @@ def object_code(library) -> bytes | None:
 
 # One pool: if kernels already ran natively, Numba adopts the same threading library (it finds
 # the extension module registered under its own name); a thread count asked for before Numba
-# was imported applies to it too.
+# was imported applies to it too (read after the flag is up: a count set in between is applied
+# here or by set_num_threads itself).
+runtime._numba_ready = True
 if runtime._threads != runtime.MAX_THREADS:
     numba.set_num_threads(runtime._threads)
 

@@ -109,11 +109,16 @@ _threads = MAX_THREADS  # what set_num_threads asked for (applied to whichever p
 _pool_setters: list[Callable[[int], None]] = []
 
 
+# Set by jit.py once Numba is imported and configured. Not "numba in sys.modules": a module is
+# there as soon as some thread starts importing it, and other threads calling
+# numba.get_num_threads() on the half-imported module failed (AttributeError).
+_numba_ready = False
+
+
 def num_threads() -> int:
     """Threads used by large calls."""
-    numba = sys.modules.get("numba")
-    if numba is not None and "infiniop.backends.cpu.jit" in sys.modules:
-        return numba.get_num_threads()
+    if _numba_ready:
+        return sys.modules["numba"].get_num_threads()
     return _threads
 
 
@@ -123,9 +128,8 @@ def set_num_threads(n: int) -> None:
     if not 1 <= int(n) <= MAX_THREADS:
         raise ValueError(f"number of threads must be between 1 and {MAX_THREADS}, got {n}")
     _threads = int(n)
-    numba = sys.modules.get("numba")
-    if numba is not None and "infiniop.backends.cpu.jit" in sys.modules:
-        numba.set_num_threads(_threads)
+    if _numba_ready:
+        sys.modules["numba"].set_num_threads(_threads)
     for setter in _pool_setters:
         setter(_threads)
 
