@@ -1790,3 +1790,17 @@ def test_half_softmax_within_one_ulp(dt):
     got = infiniop.softmax(x).view(np.int16).astype(np.int64)  # positive: ordered as integers
     assert np.abs(got - ref).max() <= 1
     assert (got == ref).mean() >= 0.999
+
+
+def test_functional_output_dtype_does_not_follow_the_last_out():
+    """logsoftmax fp16 -> fp16 without out=; a call just before with a float32 out= (allowed)
+    armed the functional shortcut, which then allocated float32 for the next call."""
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float16)
+    want = infiniop.logsoftmax(x)
+    assert want.dtype == np.float16
+    wide = infiniop.logsoftmax(x, out=np.empty((3, 8), np.float32))
+    assert wide.dtype == np.float32
+    again = infiniop.logsoftmax(x)
+    assert again.dtype == np.float16 and np.array_equal(again.view(np.uint16), want.view(np.uint16))
+    again = infiniop.logsoftmax(x)  # the shortcut armed by an allocating call still allocates fp16
+    assert again.dtype == np.float16

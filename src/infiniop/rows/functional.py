@@ -41,10 +41,10 @@ def call(spec, args, out=None, params=None):
     params = params or {}
     last = _last_call.get(spec)
     if last is not None and _same_scalars(params, last[0]):
-        _, fast, shape0, shapes, dtypes = last
+        _, fast, shape0, shapes, dtypes, allocated = last
         if out is not None:
             outs = list(out) if isinstance(out, tuple | list) else [out]
-        elif args and type(args[0]) is np.ndarray and args[0].shape == shape0:
+        elif allocated and args and type(args[0]) is np.ndarray and args[0].shape == shape0:
             outs = [empty_aligned(s, d) for s, d in zip(shapes, dtypes)]
         else:
             outs = None
@@ -61,7 +61,7 @@ def call(spec, args, out=None, params=None):
         else:
             outs = list(out) if isinstance(out, tuple | list) else [out]
         desc.calculate(None, *_arranger(spec, len(args))(args, outs))  # count in the key
-        _note_last(spec, desc, args, params, shapes, dtypes)
+        _note_last(spec, desc, args, params, shapes, dtypes, out is None)
         return outs[0] if len(outs) == 1 else tuple(outs)
     return _call_general(spec, args, out, params, key)
 
@@ -179,15 +179,17 @@ def _call_general(spec, args, out, params, key):
             _cache[key] = (desc, shapes, dtypes)
             while len(_cache) > CACHE_SIZE:
                 _cache.popitem(last=False)
-        _note_last(spec, desc, args, params, shapes, dtypes)
+        _note_last(spec, desc, args, params, shapes, dtypes, out is None)
     return results[0] if len(results) == 1 else tuple(results)
 
 
-def _note_last(spec, desc, args, params, shapes, dtypes) -> None:
-    """Remember a NumPy call of ``spec`` for the shortcut at the top of ``call``."""
+def _note_last(spec, desc, args, params, shapes, dtypes, allocated) -> None:
+    """Remember a NumPy call of ``spec`` for the shortcut at the top of ``call``. Only a call
+    that allocated its outputs may allocate for the next one: outputs given as out= may have
+    another dtype than a call without them gets (logsoftmax: fp16 -> float32)."""
     fast = getattr(desc, "_fast", None)
     if fast is not None and args and type(args[0]) is np.ndarray:
-        _last_call[spec] = (dict(params), fast, args[0].shape, shapes, dtypes)
+        _last_call[spec] = (dict(params), fast, args[0].shape, shapes, dtypes, allocated)
 
 
 def clear_cache() -> None:
