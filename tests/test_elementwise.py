@@ -1471,6 +1471,56 @@ def test_user_defined_integer_operator_wraps(handle):
         assert_exact(out, want)
 
 
+SHIFTS = infiniop.elementwise("test_shifts", ("a", "b"), infiniop.INTEGERS,
+                              lambda m, a, b: (a << b, a >> b), outputs=("l", "r"), register=False)
+DIVMOD = infiniop.elementwise("test_divmod", ("a", "b"), infiniop.INTEGERS,
+                              lambda m, a, b: (a // b, a % b), outputs=("q", "r"), register=False)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64, np.uint64], ids=str)
+def test_user_shifts_and_division_at_the_edges_match_numpy(dtype):
+    """Shift counts outside [0, width) (undefined in LLVM: 3 >> 65 was 1 in a strided call and
+    0 in a contiguous one) give NumPy's 0 / sign fill, the same for every layout; the minimum
+    // -1 wraps to the minimum (it gave 0) and % -1 is 0."""
+    info = np.iinfo(dtype)
+    vals = np.array([0, 1, 3, 100, info.max, info.min, info.min + 1] + ([-3, -1] if info.min else []),
+                    dtype)
+    counts = np.arange(-70 if info.min else 0, 131).astype(dtype)
+    a, b = np.meshgrid(vals, counts, indexing="ij")
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    with np.errstate(all="ignore"):
+        want_l, want_r = a << b, a >> b
+    for layout in (lambda v: v, lambda v: v.T.copy().T, lambda v: np.repeat(v, 2, 1)[:, ::2]):
+        got_l, got_r = SHIFTS(layout(a), layout(b))
+        assert_exact(got_l, want_l)
+        assert_exact(got_r, want_r)
+    if info.min:
+        x = np.array([info.min, info.min, info.min + 1, 7, -7], dtype)
+        y = np.array([-1, 1, -1, -1, -1], dtype)
+        with np.errstate(all="ignore"):
+            want_q, want_m = x // y, x % y
+        got_q, got_m = DIVMOD(x, y)
+        assert_exact(got_q, want_q)
+        assert_exact(got_m, want_m)
+
+
+def test_floats_into_uint64_keep_values_above_2_63():
+    """A float stored into a uint64 output (and m.cast to u64) went through int64: every value
+    in [2^63, 2^64) became 2^63."""
+    if os.environ.get("INFINIOP_TRITON_WORKER") == "1":
+        pytest.skip("CPU kernels")
+    x = np.array([1e19, 1.5 * 2.0**63, 2.0**64 - 2048, 5.0, 2.0**62, 2.0**63], np.float64)
+    want = x.astype(np.uint64)
+    store = infiniop.elementwise("test_f2u64_store", ("x",), infiniop.FLOATS, lambda m, x: x * 1.0,
+                                 signatures="f64 -> u64", register=False)
+    cast = infiniop.elementwise("test_f2u64_cast", ("x",), infiniop.FLOATS,
+                                lambda m, x: m.cast(x, "u64"), signatures="f64 -> u64",
+                                register=False)
+    for op in (store, cast):
+        assert_exact(op(x), want)
+        assert_exact(op(np.repeat(x, 2)[::2]), want)
+
+
 def test_user_defined_operator_rejects_other_dtypes(handle):
     d = TensorDescriptor(I32, (3,))
     raises(Status.BAD_TENSOR_DTYPE, AXPBY.create_descriptor, handle, d, d, d, d)

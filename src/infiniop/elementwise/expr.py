@@ -213,7 +213,33 @@ def binary(name: str, a, b) -> Expr:
     if name == "truediv" and not is_float(t):
         t = "f64"
     a, b = cast(a, t), cast(b, t)
+    if name in ("shl", "shr"):
+        return _shift(name, a, b, t)
+    if name in ("floordiv", "mod") and t in ("i32", "i64"):
+        return _signed_division(name, a, b, t)
     return Expr(name, (a, b), "bool" if name in COMPARE else t)
+
+
+def _shift(name: str, a: Expr, b: Expr, t: str) -> Expr:
+    """NumPy's shifts: a count outside [0, width) gives 0 (``<<``, unsigned ``>>``) or the sign
+    (signed ``>>``). A raw shift by such a count is undefined in LLVM: scalar and vector code
+    disagreed (3 >> 65: 1 in a strided call, 0 in a contiguous one)."""
+    zero = const(0, t)
+    ok = Expr("and_", (Expr("ge", (b, zero), "bool"), Expr("lt", (b, const(WIDTH[t], t)), "bool")),
+              "bool")
+    raw = Expr(name, (a, Expr("where", (ok, b, zero), t)), t)
+    fill = zero
+    if name == "shr" and t.startswith("i"):
+        fill = Expr("where", (Expr("lt", (a, zero), "bool"), const(-1, t), zero), t)
+    return Expr("where", (ok, raw, fill), t)
+
+
+def _signed_division(name: str, a: Expr, b: Expr, t: str) -> Expr:
+    """a // b and a % b with b = -1 apart: the minimum integer // -1 overflows (undefined in
+    LLVM, 0 here), where NumPy wraps to the minimum itself; a % -1 is 0."""
+    minus_one = Expr("eq", (b, const(-1, t)), "bool")
+    q = Expr(name, (a, Expr("where", (minus_one, const(1, t), b), t)), t)
+    return Expr("where", (minus_one, Expr("neg", (a,), t) if name == "floordiv" else const(0, t), q), t)
 
 
 def unary(name: str, x) -> Expr:

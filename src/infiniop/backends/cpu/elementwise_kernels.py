@@ -352,6 +352,8 @@ def _node(node: Expr, a: list[str]) -> str:
             return f"({a[0]} != 0)"
         if src in ("f32", "f64") and t in ("i32", "u32"):  # via int64: defined for every value in range
             return f"{NP[t]}(np.int64({a[0]}))"
+        if src in ("f32", "f64") and t == "u64":
+            return _float_to_u64(a[0])
         return f"{NP[t]}({a[0]})"
     if op == "bitcast":
         return f"bitcast({a[0]}, {NP[t]})"
@@ -448,9 +450,18 @@ def _store(dtype: DType, value: str, t: str, finite: bool = False) -> str:
     if dtype is DType.BOOL:
         return f"np.uint8({value})" if t == "bool" else f"np.uint8({value} != 0)"
     st = STORAGE[dtype]
+    if dtype is DType.U64 and t in ("f32", "f64"):
+        return _float_to_u64(value)
     if not dtype.is_float and t in ("f32", "f64"):
         value = f"np.int64({value})"  # float -> int truncates (defined in the int64 range)
     return f"np.{st}({value})"
+
+
+def _float_to_u64(value: str) -> str:
+    """float -> uint64 as NumPy converts on x86: [2^63, 2^64) directly (through int64 they all
+    became 2^63), below through int64 (negative values wrap, where a direct conversion is
+    undefined)."""
+    return f"(np.uint64({value}) if {value} >= 9223372036854775808.0 else np.uint64(np.int64({value})))"
 
 
 # ------------------------------------------------------------------------------- generator
