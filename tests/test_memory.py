@@ -371,3 +371,21 @@ def test_torch_and_rearrange_outputs_in_recycled_buffers(dtype):
     assert {r.ctypes.data, r2.ctypes.data} <= _pooled_addresses()
     del y2, s, t, r, r2
     infiniop.release_idle_buffers()
+
+
+def test_empty_aligned_reads_dtypes_as_tensor_descriptors_do():
+    """infiniop's dtypes and names were a TypeError (bfloat16, "BF16") or read by NumPy ("f16"
+    as float128, which TensorDescriptor refuses)."""
+    import ml_dtypes
+    import torch
+
+    from infiniop import InfiniError, Status
+
+    for d in (infiniop.bfloat16, "BF16", "bfloat16", torch.bfloat16, ml_dtypes.bfloat16):
+        a = infiniop.empty_aligned((2, 3), d)
+        assert a.dtype == ml_dtypes.bfloat16 and a.shape == (2, 3) and a.ctypes.data % 64 == 0
+    assert infiniop.empty_aligned(4, "f4").dtype == np.float32
+    assert infiniop.empty_aligned(4, infiniop.float16).dtype == np.float16
+    with pytest.raises(InfiniError) as e:
+        infiniop.empty_aligned(4, "f16")
+    assert e.value.status is Status.BAD_TENSOR_DTYPE and "float128" in str(e.value)

@@ -47,7 +47,7 @@ def empty_aligned(shape, dtype) -> np.ndarray:
     Outputs of ``RECYCLE_MIN`` bytes and more come from :func:`recycled_empty`.
     """
     global _address
-    dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+    dt = dtype if isinstance(dtype, np.dtype) else _numpy_dtype(dtype)
     if type(shape) is not tuple:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
     nbytes = dt.itemsize
@@ -67,6 +67,17 @@ def empty_aligned(shape, dtype) -> np.ndarray:
 
 
 _address = None
+
+
+def _numpy_dtype(dtype) -> np.dtype:
+    """A dtype as TensorDescriptor reads it where NumPy would read it otherwise: infiniop's
+    DTypes, torch dtypes and dtype strings (``infiniop.bfloat16``, ``"BF16"``; ``"f16"``,
+    NumPy's float128, is refused); anything else as NumPy reads it."""
+    from .dtype import DType, as_dtype
+
+    if isinstance(dtype, DType | str) or type(dtype).__module__ == "torch":
+        return as_dtype(dtype).numpy
+    return np.dtype(dtype)
 
 
 _pool: dict[int, list[np.ndarray]] = {}  # byte size -> buffers (in use or idle)
