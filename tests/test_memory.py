@@ -376,9 +376,6 @@ def test_torch_and_rearrange_outputs_in_recycled_buffers(dtype):
 def test_empty_aligned_reads_dtypes_as_tensor_descriptors_do():
     """infiniop's dtypes and names were a TypeError (bfloat16, "BF16") or read by NumPy ("f16"
     as float128, which TensorDescriptor refuses)."""
-    import ml_dtypes
-    import torch
-
     from infiniop import InfiniError, Status
 
     for d in (infiniop.bfloat16, "BF16", "bfloat16", torch.bfloat16, ml_dtypes.bfloat16):
