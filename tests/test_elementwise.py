@@ -1643,3 +1643,19 @@ def test_descriptor_reused_many_times(handle):
         assert_exact(out, a * a)
     desc.destroy()
     raises(Status.BAD_PARAM, desc.calculate, None, out, a, a)
+
+
+def test_user_operator_dtypes_spelled_as_tensor_descriptors_accept_them():
+    """``dtypes`` took only DType sets: "float32", ["f4"] or np.float32 failed inside with
+    internal messages ('str' object has no attribute 'short_name')."""
+    x = np.ones(3, np.float32)
+    for spelled in ("float32", ["f4"], [np.float32], infiniop.float32, np.dtype("float32"),
+                    {"F32", "float64"}):
+        op = infiniop.elementwise("test_spelled", ("x",), spelled, lambda m, x: x + 1, register=False)
+        assert DType.F32 in op.tvars
+        assert_exact(op(x), x + 1)
+    rows = infiniop.row_operator("test_spelled_row", "y:out, x", lambda m, v: v - m.max(v),
+                                 dtypes="f4", register=False)
+    assert rows.tvars == frozenset({DType.F32})
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.elementwise, "test_spelled", ("x",), "f16",
+           lambda m, x: x, register=False)  # NumPy's float128: refused, as everywhere

@@ -16,7 +16,7 @@ from ..dtype import DType
 from . import signature as sigs
 from .descriptor import ElementwiseDescriptor
 from .functional import _last_call, call
-from .spec import NUMERIC, REGISTRY, ElementwiseSpec, Operand, Param, parse_operands
+from .spec import NUMERIC, REGISTRY, ElementwiseSpec, Operand, Param, dtype_set, parse_operands
 
 
 class ElementwiseOperator(ElementwiseSpec):
@@ -171,7 +171,7 @@ def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None 
     elif isinstance(signatures, str):
         signatures = [signatures]
     patterns = tuple(sigs.parse(s) for s in signatures)
-    spec = _make(name, ops, patterns, frozenset(dtypes), expr, params, doc, example, validate)
+    spec = _make(name, ops, patterns, dtype_set(dtypes), expr, params, doc, example, validate)
     if register:
         REGISTRY[name] = spec
     return spec

@@ -32,6 +32,19 @@ UNSIGNED = frozenset({DType.U8, DType.U16, DType.U32, DType.U64})
 INTEGERS = SIGNED | UNSIGNED
 NUMERIC = FLOATS | INTEGERS
 HALF_AND_SINGLE = frozenset({DType.F16, DType.BF16, DType.F32})
+
+
+def dtype_set(dtypes) -> frozenset:
+    """An operator's ``dtypes`` argument as a set of DTypes: one dtype or an iterable of them,
+    each spelled as TensorDescriptor accepts it (``infiniop.float32``, ``"float32"``, ``"f4"``,
+    ``np.float32``, a torch dtype)."""
+    from ..dtype import as_dtype
+
+    if isinstance(dtypes, DType | str) or not hasattr(dtypes, "__iter__"):
+        dtypes = (dtypes,)
+    return frozenset(as_dtype(d) for d in dtypes)
+
+
 # significand bits of the float storage types (what m.result_bits reports to math functions)
 _SIGNIFICAND = {DType.F16: 11, DType.BF16: 8, DType.F32: 24, DType.F64: 53}
 

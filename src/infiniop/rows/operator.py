@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from ..elementwise import signature as sigs
-from ..elementwise.spec import FLOATS, Param
+from ..elementwise.spec import FLOATS, Param, dtype_set
 from ..ops import ROW_OPERATORS
 from .descriptor import RowDescriptor
 from .functional import call
@@ -92,7 +92,7 @@ def row_operator(name: str, operands, fn: Callable, *, dtypes=FLOATS, signatures
     elif isinstance(signatures, str):
         signatures = [signatures]
     params = tuple(p if isinstance(p, Param) else Param(p) for p in params)
-    spec = RowOperator(name, ops, tuple(sigs.parse(s) for s in signatures), frozenset(dtypes), fn,
+    spec = RowOperator(name, ops, tuple(sigs.parse(s) for s in signatures), dtype_set(dtypes), fn,
                    params, axis, causal, doc, nan_free_if_finite)
     if register:
         REGISTRY[name] = spec
