@@ -231,6 +231,53 @@ def test_cli_quick_filters(capsys, monkeypatch):
     assert cli.main(["bench", "--quick", "--op", "sub", "--dtype", "float16", "--size", "4096"]) == 0
 
 
+@pytest.mark.parametrize("args,says", [
+    (["--op", "sbu"], "--op sbu: no such case in this suite (it has "),
+    (["--op", "sub", "--dtype", "float64"], "--dtype float64: no such case"),
+    (["--op", "sub", "--layout", "transposd"], "--layout transposd: no such case"),
+    (["--op", "rope", "--layout", "transposed"], "no case matches these filters together"),
+    (["--threads", "0"], "number of threads must be between 1 and"),
+    (["--threads", "9999"], "number of threads must be between 1 and"),
+    (["--device", "cuda"], "BAD_PARAM: unknown device 'cuda'"),
+    (["--json", "/nonexistent-dir/x.json"], "--json /nonexistent-dir/x.json: no such folder"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_cli_refuses_bad_arguments_before_measuring_anything(args, says, capsys, monkeypatch):
+    """A typo, a filter set no case has, or an unusable thread count / device / output path
+    ran the ceiling measurement first (10-25 s), then printed an empty table (exit 0) or a
+    traceback. Now: a usage error, exit 2, and the bandwidth is never measured."""
+    from infiniop import cli
+
+    monkeypatch.setattr(runner, "bandwidth", lambda *a: pytest.fail("measured the bandwidth"))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--quick", *args])
+    assert e.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop(*args):
+    raise _Stop
+
+
+def test_cli_dtype_filters_read_numpy_codes(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(runner, "bandwidth", _stop)
+    monkeypatch.setattr(runner, "describe", lambda: {})
+    real = runner._select
+
+    def spy(cases, *filters):
+        seen["chosen"] = real(cases, *filters)
+        return seen["chosen"]
+
+    monkeypatch.setattr(runner, "_select", spy)
+    with pytest.raises(_Stop):
+        runner.run(quick=True, ops=["sub"], dtypes=["f4"], keep_freed=False)
+    assert seen["chosen"] and {c.dtype for c in seen["chosen"]} == {"float32"}
+
+
 def _quiet_case(name="sub"):
     a = np.arange(8, dtype=np.float32)
     return Case(name, "float32", "contiguous", (8,), lambda: Prepared(

@@ -132,10 +132,22 @@ def main(argv: list[str] | None = None) -> int:
                         "offset_out, copy, nchw_nhwc, transpose2d, permute6d")
     b.add_argument("--size", action="append", type=int, default=[], help="elements (e.g. 16777216)")
     b.add_argument("--threads", type=int, help="threads for infiniop and torch (default: all cores)")
-    b.add_argument("--device", default="cpu")
+    b.add_argument("--device", default="cpu",
+                   help="cpu (a GPU machine runs benchmarks/bench_gpu.py instead)")
     b.add_argument("--json", metavar="FILE", help="write JSON lines (one per case, first = machine)")
     b.add_argument("--plot", metavar="FILE.png", help="plot GB/s against size (needs matplotlib)")
     args = p.parse_args(argv)
+    if args.cmd not in ("bench", "warmup"):
+        return _run(args)
+    from .status import InfiniError
+
+    try:
+        return _run(args)
+    except (ValueError, InfiniError) as e:  # a bad argument value: say so, no traceback
+        sub.choices[args.cmd].error(str(e) if isinstance(e, ValueError) else f"{e.status}: {e}")
+
+
+def _run(args) -> int:
     if args.cmd == "demo":
         return _demo()
     if args.cmd == "info":

@@ -30,9 +30,40 @@ def _same(x: np.ndarray, y: np.ndarray) -> bool:
 
 
 def _select(cases: list[Case], ops, dtypes, layouts, sizes) -> list[Case]:
-    return [c for c in cases
-            if (not ops or c.op in ops) and (not dtypes or c.dtype in dtypes)
-            and (not layouts or c.layout in layouts) and (not sizes or c.size in sizes)]
+    """The cases the filters keep. A filter value no case has (a typo, ``f4`` for float32 is
+    read as such), or filters that keep nothing, are a ValueError that says what there is:
+    before it, the bench measured the ceiling and printed an empty table."""
+    from ..dtype import as_dtype
+
+    dtypes = [str(as_dtype(d)) for d in dtypes]
+    for flag, given, have in (("--op", ops, {c.op for c in cases}),
+                              ("--dtype", dtypes, {c.dtype for c in cases}),
+                              ("--layout", layouts, {c.layout for c in cases}),
+                              ("--size", sizes, {c.size for c in cases})):
+        unknown = [v for v in given if v not in have]
+        if unknown:
+            raise ValueError(f"{flag} {', '.join(map(str, unknown))}: no such case in this suite "
+                             f"(it has {', '.join(map(str, sorted(have)))})")
+    chosen = [c for c in cases
+              if (not ops or c.op in ops) and (not dtypes or c.dtype in dtypes)
+              and (not layouts or c.layout in layouts) and (not sizes or c.size in sizes)]
+    if not chosen:
+        raise ValueError("no case matches these filters together; for example "
+                         + "; ".join(sorted({f"{c.op} {c.dtype} {c.layout}" for c in cases
+                                             if not ops or c.op in ops})[:6]))
+    return chosen
+
+
+def _check_outputs(json_path: str | None, plot_path: str | None) -> None:
+    """Fail before the run, not after it: a JSON file that cannot be written, a plot without
+    matplotlib."""
+    import importlib.util
+    import os
+
+    if json_path and not os.path.isdir(os.path.dirname(os.path.abspath(json_path))):
+        raise ValueError(f"--json {json_path}: no such folder")
+    if plot_path and importlib.util.find_spec("matplotlib") is None:
+        raise ValueError(f"--plot {plot_path}: needs matplotlib (pip install matplotlib)")
 
 
 def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads: int | None = None,
@@ -50,7 +81,8 @@ def run(*, quick: bool = False, ops=(), dtypes=(), layouts=(), sizes=(), threads
         raise SystemExit(f"infiniop bench: device {device} runs benchmarks/bench_gpu.py on a GPU machine")
     from ..backends.cpu import runtime
 
-    if threads:
+    _check_outputs(json_path, plot_path)
+    if threads is not None:  # 0 or too many: ValueError, before anything runs
         runtime.set_num_threads(threads)
     threads = runtime.num_threads()
     rounds = rounds or (3 if quick else 5)
