@@ -65,7 +65,7 @@ def chunked(x, chunks):
 def counted(monkeypatch):
     """How many blocks our kernels computed (elementwise and rearrange block functions)."""
     calls = []
-    for name in ("_block", "_rearrange_block"):
+    for name in ("_block", "_rearrange_block", "_row_block", "_rope_block"):
         real = getattr(dask_arrays, name)
 
         def wrapper(*a, real=real):
@@ -288,6 +288,88 @@ def test_registered_user_operators_reach_a_process_that_never_defined_them():
     assert_exact(got_ew, ew(x))
     assert_exact(got_row, row(x))
     assert pickle.loads(cloudpickle.dumps(infiniop.softmax)) is infiniop.softmax  # built-ins: by name
+
+
+# ---------------------------------------------------------------------------------------------
+# Row operators and rope
+# ---------------------------------------------------------------------------------------------
+
+W12 = RNG.standard_normal(12).astype(np.float32)
+B12 = RNG.standard_normal(12).astype(np.float32)
+CENTRED = infiniop.row_operator("dask_centred", "y:out, x, w:col, s:out:stat",
+                                lambda m, v, w: ((v - m.mean(v)) * w, m.max(v)), register=False)
+ROW_CALLS = [  # (name, call on x and its weight/bias stand-ins, dtypes)
+    ("softmax axis=1", lambda x, w, b: infiniop.softmax(x, axis=1)),
+    ("softmax axis=0", lambda x, w, b: infiniop.softmax(x, axis=0)),
+    ("logsoftmax", lambda x, w, b: infiniop.logsoftmax(x, dim=-1)),
+    ("causal_softmax", lambda x, w, b: infiniop.causal_softmax(x)),
+    ("rms_norm", lambda x, w, b: infiniop.rms_norm(x, w, epsilon=1e-5)),
+    ("add_rms_norm",
+     lambda x, w, b: infiniop.add_rms_norm(x, (x[:1] * 0.5).astype(x.dtype), w, epsilon=1e-5)),
+    ("layer_norm", lambda x, w, b: infiniop.layer_norm(x, w, b, eps=1e-5)),
+    ("layer_norm no bias", lambda x, w, b: infiniop.layer_norm(x, w, None, eps=1e-5)),
+    ("user row operator", lambda x, w, b: CENTRED(x, w)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("chunks", [(4, 3, 5), (6, 10, 12), (1, 7, 2)], ids=str)
+@pytest.mark.parametrize("name,call", ROW_CALLS, ids=[c[0] for c in ROW_CALLS])
+def test_row_operators_on_dask_arrays(name, call, chunks, dtype, counted):
+    """Lazy graphs whose blocks are whole rows (the reduced axis, causal_softmax's last two,
+    rechunked to one chunk when split), weights as single chunks (given as Dask or NumPy),
+    layer_norm's per-row std without the axis: the bits of the in-memory call."""
+    x = values((6, 10, 12), dtype)
+    w, b = W12.astype(dtype), B12.astype(dtype)
+    want = call(x, w, b)
+    got = call(chunked(x, chunks), chunked(w, 5), b)
+    assert not counted  # nothing computed yet
+    wants = want if isinstance(want, tuple) else (want,)
+    gots = got if isinstance(got, tuple) else (got,)
+    assert len(gots) == len(wants)
+    for g, v in zip(gots, wants):
+        assert isinstance(g, da.Array) and g.shape == v.shape and g.dtype == v.dtype
+        assert_exact(g.compute(scheduler="sync"), v)
+    assert counted
+    if "axis=0" not in name and "causal" not in name:  # rows stay split where the axis is not
+        assert gots[0].chunks[0] == chunked(x, chunks).chunks[0]
+
+
+@pytest.mark.parametrize("algo", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+def test_rope_on_dask_arrays(algo, dtype, counted):
+    x = values((9, 4, 8), dtype)
+    pos = RNG.integers(0, 30, 9).astype(np.int64)
+    ang = RNG.standard_normal((30, 4))
+    sin, cos = np.sin(ang).astype(dtype), np.cos(ang).astype(dtype)
+    want = infiniop.rope(x, pos, sin, cos, algo=algo)
+    for xs, ps in (((4, 3, 8), None), ((2, 4, 3), 5), ((9, 4, 8), 9)):
+        got = infiniop.rope(chunked(x, xs), pos if ps is None else chunked(pos, ps),
+                            chunked(sin, 7), cos, algo=algo)
+        assert not counted
+        assert_exact(got.compute(scheduler="sync"), want)
+        counted.clear()
+    got = infiniop.rope(chunked(x, (4, 4, 8)), pos[:1], sin, cos, algo=algo)  # one position for all
+    assert_exact(got.compute(scheduler="sync"), infiniop.rope(x, pos[:1], sin, cos, algo=algo))
+
+
+def test_row_operator_and_rope_errors_on_dask_arrays_when_the_graph_is_built():
+    x = chunked(values((6, 10, 12), np.float32), (4, 3, 5))
+    raises(Status.BAD_PARAM, infiniop.softmax, x, axis=3, match="out of range")
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.rms_norm, x, W12[:5], match="the row length")
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.rms_norm, x, W12.astype(np.float64))
+    raises(Status.BAD_PARAM, infiniop.softmax, x, out=x, match="immutable")
+    raises(Status.NULL_POINTER, infiniop.rms_norm, x, None)
+    raises(Status.BAD_PARAM, infiniop.rms_norm, x, [1.0] * 12, match="cannot mix a Dask array")
+    xr = chunked(values((9, 4, 8), np.float32), 3)
+    s = np.ones((30, 4), np.float32)
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.rope, xr, np.zeros(3, np.int32), s, s,
+           match="operand 'pos_ids': shape (3,) cannot broadcast to output shape (9,)")
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.rope, xr[..., :7], np.zeros(9, np.int32), s, s,
+           match="odd")
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.rope, xr, np.zeros(9, np.float32), s, s)
+    raises(Status.BAD_PARAM, infiniop.rope, xr, np.zeros(9, np.int32), s, s, out=xr)
+    raises(Status.BAD_PARAM, infiniop.rope, xr, np.zeros(9, np.int32), s, match="takes 4 operands")
 
 
 # ---------------------------------------------------------------------------------------------

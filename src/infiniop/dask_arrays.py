@@ -1,13 +1,15 @@
 """infiniop operators on Dask arrays: lazy graphs whose every block is computed by our kernels.
 
-``infiniop.sub(x, y)``, any user-defined operator, ``infiniop.rearrange`` and ``infiniop.copy_``
-dispatch here when an operand is a Dask array (recognised by its type's module, without importing
-Dask). Elementwise operators become one ``da.blockwise`` layer, broadcast and chunk-aligned the way
-Dask's own elementwise operations are (chunks that do not line up are unified, size-1 dims and
-scalars broadcast); each block is computed by the functional form on NumPy blocks. Everything that
-can be checked without the data is checked when the graph is built, with the statuses NumPy arrays
-get. Operators pickle by value (see ``ElementwiseOperator.__reduce__``), so user-defined ones reach
-``dask.distributed`` workers, which compile or load their kernels from their own kernel cache.
+``infiniop.sub(x, y)``, any user-defined operator, the row operators and rope,
+``infiniop.rearrange`` and ``infiniop.copy_`` dispatch here when an operand is a Dask array
+(recognised by its type's module, without importing Dask). Elementwise operators become one
+``da.blockwise`` layer, broadcast and chunk-aligned the way Dask's own elementwise operations are
+(chunks that do not line up are unified, size-1 dims and scalars broadcast); each block is
+computed by the functional form on NumPy blocks. Row operators and rope get blocks of whole rows
+(:func:`rows`, :func:`rope`). Everything that can be checked without the data is checked when
+the graph is built, with the statuses NumPy arrays get. Operators pickle by value (see
+``ElementwiseOperator.__reduce__``), so user-defined ones reach ``dask.distributed`` workers,
+which compile or load their kernels from their own kernel cache.
 
 Dask is optional: ``pip install 'infiniop[dask]'``.
 """
@@ -169,6 +171,146 @@ def recycled_empty(shape, dtype) -> np.ndarray:
     if nbytes < _POOL_MIN:
         return empty_aligned(shape, dtype)
     return recycled_empty(shape, dtype, nbytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Row operators and rope
+# ---------------------------------------------------------------------------------------------
+
+
+def _operand(da, a, name: str):
+    """A Dask operand: NumPy arrays join as one chunk; anything else but None is refused."""
+    if isinstance(a, np.ndarray):
+        a = da.from_array(a, chunks=-1)
+    if not isinstance(a, da.Array):
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': cannot mix a Dask array with "
+                                            f"{type(a).__name__} (convert it to a Dask or NumPy array)")
+    _check_known(a, name)
+    _check_numpy_chunks(a, name)
+    return a
+
+
+def _whole(a, dims) -> object:
+    """``a`` with each of ``dims`` in one chunk (a row, or the (n, m) matrix of causal_softmax,
+    must be in one block), other dims kept as they are."""
+    want = {d: -1 for d in dims if len(a.chunks[d]) > 1}
+    return a.rechunk(want) if want else a
+
+
+def rows(spec, args, out=None, params=None):
+    """``spec(*args, **params)`` (a row operator) where an operand is a Dask array: a lazy array
+    (a tuple for several outputs) whose blocks are whole rows (the reduced axis, or causal
+    softmax's last two, is rechunked to one chunk); per-column operands (a weight) are single
+    chunks beside them; per-row statistics (layer_norm's std) come out without the axis."""
+    da = _dask_array()
+    from dask.array.utils import meta_from_array
+    from dask.base import tokenize
+
+    params = dict(params or {})
+    if out is not None:
+        raise _immutable(f"{spec.name}: out=")
+    ins = [o for o in spec.operands if o.reads]
+    outs = [o for o in spec.operands if o.writes]
+    if len(args) > len(ins):
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(ins)} operands "
+                          f"({', '.join(o.name for o in ins)}), got {len(args)}")
+    args = list(args) + [None] * (len(ins) - len(args))
+    ops = [None if a is None else _operand(da, a, o.name) for o, a in zip(ins, args)]
+    row_ops = [a for o, a in zip(ins, ops) if a is not None and o.kind == "row"]
+    if not row_ops:
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name}: needs a row input")
+    shape = broadcast_shape([tuple(a.shape) for a in row_ops],
+                            [o.name for o, a in zip(ins, ops) if a is not None and o.kind == "row"])
+    nd = len(shape)
+    axis = params.get(spec.axis, -1) if spec.axis else -1
+    # the NumPy path on stand-ins checks operand count, None, dtypes, the axis and scalars with
+    # the statuses NumPy arrays get, and tells the output dtypes
+    a_ = axis % nd if isinstance(axis, int) and not isinstance(axis, bool) and -nd <= axis < nd else None
+    whole = (nd - 2, nd - 1) if spec.causal else (() if a_ is None else (a_,))
+
+    def stand(o, a):
+        if a is None:
+            return None
+        if o.kind != "row":
+            return np.zeros(a.shape, a.dtype)
+        lead = nd - a.ndim
+        return np.zeros(tuple(n if lead + d in whole else min(n, 1) for d, n in enumerate(a.shape)),
+                        a.dtype)
+
+    result = spec(*[stand(o, a) for o, a in zip(ins, ops)], **params)
+    results = result if isinstance(result, tuple) else (result,)
+    pairs = []
+    for o, a in zip(ins, ops):
+        if a is None:
+            pairs += [None, None]
+        elif o.kind == "row":
+            lead = nd - a.ndim
+            pairs += [_whole(a, [d - lead for d in whole if d >= lead]), tuple(range(lead, nd))]
+        else:  # a column operand: the axis's label, one chunk
+            pairs += [_whole(a, range(a.ndim)), (a_,) if a.ndim == 1 else tuple(range(nd - a.ndim, nd))]
+    meta = meta_from_array(row_ops[0]._meta, ndim=nd, dtype=results[0].dtype)
+    token = tokenize(spec.name, sorted(params.items()), *[a for a in ops if a is not None])
+    blocks = da.blockwise(partial(_row_block, spec, params, len(ins)), tuple(range(nd)), *pairs,
+                          name=f"{spec.name}-{token}", meta=meta, concatenate=True,
+                          align_arrays=True)
+    if len(outs) == 1:
+        return blocks
+    picked = []
+    for k, (o, r) in enumerate(zip(outs, results)):
+        ind = tuple(d for d in range(nd) if o.kind == "row" or d != a_)  # a statistic: no axis
+        picked.append(da.blockwise(partial(_pick, k), ind, blocks, tuple(range(nd)),
+                                   concatenate=False, name=f"{spec.name}-{k}-{token}",
+                                   meta=meta_from_array(row_ops[0]._meta, ndim=len(ind),
+                                                        dtype=r.dtype)))
+    return tuple(picked)
+
+
+def _row_block(spec, params, n, *blocks):
+    """One block of whole rows: the functional form (absent operands come as None)."""
+    return spec(*blocks[:n], **params)
+
+
+def _pick(k, block):
+    while type(block) is list:  # the axis a statistic drops (one block) arrives as a list
+        block = block[0]
+    return block[k]
+
+
+def rope(x, pos_ids, sin_table, cos_table, algo, per_block: Callable):
+    """rope on a Dask ``x`` ([..., seq, nhead, dh]): blocks keep (nhead, dh) whole and slice
+    ``pos_ids`` along seq with them; the tables are one chunk each."""
+    da = _dask_array()
+    from dask.array.utils import meta_from_array
+    from dask.base import tokenize
+
+    x, pos, sin, cos = (_operand(da, a, n) for a, n in
+                        ((x, "x"), (pos_ids, "pos_ids"), (sin_table, "sin_table"),
+                         (cos_table, "cos_table")))
+    nd = x.ndim
+    if nd < 3:
+        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"rope: operand 'x' has shape {x.shape}; "
+                                                   "expected [..., seq, nhead, dh]")
+    seq = x.shape[-3]
+    if pos.ndim != 1 or pos.shape[0] not in (1, seq):
+        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand 'pos_ids': shape {pos.shape} cannot "
+                                                   f"broadcast to output shape ({seq},)")
+    # dtypes, algo, head dim, table width: checked by the NumPy path on one position
+    per_block(np.zeros((1,) * (nd - 2) + tuple(x.shape[-2:]), x.dtype), np.zeros(1, pos.dtype),
+              np.zeros(sin.shape, sin.dtype), np.zeros(cos.shape, cos.dtype), algo=algo)
+    x = _whole(x, [nd - 2, nd - 1])
+    if pos.shape[0] != seq:
+        pos = da.broadcast_to(pos, (seq,))
+    pos = pos.rechunk({0: x.chunks[nd - 3]})
+    sin, cos = _whole(sin, range(sin.ndim)), _whole(cos, range(cos.ndim))
+    token = tokenize("rope", algo, x, pos, sin, cos)
+    return da.blockwise(partial(_rope_block, per_block, algo), tuple(range(nd)),
+                        x, tuple(range(nd)), pos, (nd - 3,), sin, (nd, nd + 1), cos, (nd, nd + 1),
+                        name=f"rope-{token}", concatenate=True,
+                        meta=meta_from_array(x._meta, ndim=nd, dtype=x.dtype))
+
+
+def _rope_block(rope, algo, x, pos, sin, cos):
+    return rope(x, pos, sin, cos, algo=algo)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..dask_arrays import is_dask
+from ..dask_arrays import rows as dask_rows
 from ..dtype import as_dtype
 from ..elementwise.functional import (
     CACHE_SIZE,
@@ -110,6 +112,8 @@ def _arranger(spec, nargs: int):
 
 
 def _call_general(spec, args, out, params, key):
+    if any(is_dask(a) for a in args):
+        return dask_rows(spec, args, out, params)  # a lazy graph (dask_arrays.py)
     ops = spec.operands
     ins = [o for o in ops if o.reads]
     outs_ops = [o for o in ops if o.writes]

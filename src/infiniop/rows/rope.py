@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dask_arrays import _immutable as dask_immutable
+from ..dask_arrays import is_dask
+from ..dask_arrays import rope as dask_rope
 from ..descriptor import MISSING, OperatorDescriptor, check_descriptor, check_handle
 from ..elementwise import signature as sigs
 from ..elementwise.expr import fingerprint, trace
@@ -268,8 +271,20 @@ class _RopeOp:
 _last_call: dict = {}
 
 
-def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
-    """Functional rope on NumPy arrays or torch tensors; returns ``y`` (``out=x`` for in place)."""
+class _Required:
+    """The default of rope's operands: a missing one is BAD_PARAM, as for the other functional
+    operators, not Python's TypeError."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED = _Required()
+
+
+def rope(x, pos_ids=REQUIRED, sin_table=REQUIRED, cos_table=REQUIRED, algo: int = 0, out=None):
+    """Functional rope on NumPy arrays, torch tensors or Dask arrays; returns ``y`` (``out=x``
+    for in place)."""
     last = _last_call.get(algo) if type(algo) is int else None  # True == 1: not a shortcut
     if last is not None and type(x) is np.ndarray:
         fast, shape, npdt, info = last
@@ -280,7 +295,15 @@ def rope(x, pos_ids, sin_table, cos_table, algo: int = 0, out=None):
                 return y
             if code == 1000:
                 raise _position_error(info)
-    arrays = [_as_array(n, a) for n, a in zip(NAMES[1:], (x, pos_ids, sin_table, cos_table))]
+    given = (x, pos_ids, sin_table, cos_table)
+    if any(a is REQUIRED for a in given):
+        raise InfiniError(Status.BAD_PARAM, f"rope takes 4 operands ({', '.join(NAMES[1:])}), got "
+                          f"{sum(a is not REQUIRED for a in given)}")
+    if any(is_dask(a) for a in given):
+        if out is not None:
+            raise dask_immutable("rope: out=")
+        return dask_rope(x, pos_ids, sin_table, cos_table, algo, rope)
+    arrays = [_as_array(n, a) for n, a in zip(NAMES[1:], given)]
     if out is None:
         x0 = arrays[0]
         if _is_torch(x0):
