@@ -288,3 +288,15 @@ def test_functional_out_subclasses_are_written_and_returned(kind, tmp_path):
         y = make(x.shape, "rope")
         assert infiniop.rope(x, pos, sin, cos, algo=1, out=y) is y
         np.testing.assert_array_equal(np.asarray(y), infiniop.rope(x, pos, sin, cos, algo=1))
+
+
+def test_a_scalar_passed_positionally_names_its_keyword():
+    """rms_norm(x, w, 1e-6) said only "takes 2 operands, got 3": the scalar's keyword is named."""
+    x, w = np.ones((2, 4), np.float32), np.ones(4, np.float32)
+    raises(Status.BAD_PARAM, infiniop.rms_norm, x, w, 1e-6,
+           match="rms_norm takes 2 operands (x, w), got 3; scalars are keywords: epsilon=...")
+    raises(Status.BAD_PARAM, infiniop.softmax, x, 1, match="scalars are keywords: axis=...")
+    raises(Status.BAD_PARAM, infiniop.hardtanh, x, 0.0, 2.0,
+           match="scalars are keywords: min_val=..., max_val=...")
+    e = raises(Status.BAD_PARAM, infiniop.sub, x, x, x, match="sub takes 2 operands (a, b), got 3")
+    assert "keywords" not in str(e)

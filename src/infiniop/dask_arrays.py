@@ -212,8 +212,9 @@ def rows(spec, args, out=None, params=None):
     ins = [o for o in spec.operands if o.reads]
     outs = [o for o in spec.operands if o.writes]
     if len(args) > len(ins):
-        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(ins)} operands "
-                          f"({', '.join(o.name for o in ins)}), got {len(args)}")
+        from .elementwise.functional import arity_error
+
+        raise arity_error(spec, [o.name for o in ins], len(args))
     args = list(args) + [None] * (len(ins) - len(args))
     ops = [None if a is None else _operand(da, a, o.name) for o, a in zip(ins, args)]
     row_ops = [a for o, a in zip(ins, ops) if a is not None and o.kind == "row"]

@@ -292,6 +292,15 @@ def _is_scalar(a) -> bool:
     return isinstance(a, bool | int | float | np.generic)
 
 
+def arity_error(spec, names, given: int) -> InfiniError:
+    """BAD_PARAM for a wrong operand count, naming the keywords a scalar goes in (a scalar
+    passed positionally, ``rms_norm(x, w, 1e-6)``, is the usual cause)."""
+    keys = [p.name for p in spec.params] + ([spec.axis] if getattr(spec, "axis", None) else [])
+    hint = f"; scalars are keywords: {', '.join(k + '=...' for k in keys)}" if keys else ""
+    return InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(names)} operands "
+                                         f"({', '.join(names)}), got {given}{hint}")
+
+
 def _call_general(spec, args, out, params, key):
     if any(is_dask(a) for a in args) or any(is_dask(o) for o in
                                             (out if isinstance(out, tuple | list) else (out,))):
@@ -301,8 +310,7 @@ def _call_general(spec, args, out, params, key):
     out_ops = [k for k, o in enumerate(ops) if o.role == "out"]
     names = [ops[k].name for k in arg_ops]
     if len(args) > len(arg_ops) or any(not ops[k].optional for k in arg_ops[len(args):]):
-        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(arg_ops)} operands "
-                          f"({', '.join(names)}), got {len(args)}")
+        raise arity_error(spec, names, len(args))
     args = list(args) + [None] * (len(arg_ops) - len(args))
     for k, a in zip(arg_ops, args):
         if a is None and not ops[k].optional:

@@ -24,6 +24,7 @@ from ..elementwise.functional import (
     _is_torch,
     _params_key,
     _same_scalars,
+    arity_error,
 )
 from ..layout import broadcast_shape
 from ..memory import empty_aligned, torch_empty
@@ -118,8 +119,7 @@ def _call_general(spec, args, out, params, key):
     ins = [o for o in ops if o.reads]
     outs_ops = [o for o in ops if o.writes]
     if len(args) > len(ins) or any(not o.optional for o in ins[len(args):]):
-        raise InfiniError(Status.BAD_PARAM, f"{spec.name} takes {len(ins)} operands "
-                          f"({', '.join(o.name for o in ins)}), got {len(args)}")
+        raise arity_error(spec, [o.name for o in ins], len(args))
     args = list(args) + [None] * (len(ins) - len(args))
     arrays = []
     for o, a in zip(ins, args):
