@@ -213,9 +213,10 @@ def binary(name: str, a, b) -> Expr:
     if name == "truediv" and not is_float(t):
         t = "f64"
     a, b = cast(a, t), cast(b, t)
-    if name in ("shl", "shr"):
+    known = b.args[0] if b.op == "const" else None  # a constant count or divisor: no guard
+    if name in ("shl", "shr") and not (known is not None and 0 <= known < WIDTH[t]):
         return _shift(name, a, b, t)
-    if name in ("floordiv", "mod") and t in ("i32", "i64"):
+    if name in ("floordiv", "mod") and t in ("i32", "i64") and known in (None, -1):
         return _signed_division(name, a, b, t)
     return Expr(name, (a, b), "bool" if name in COMPARE else t)
 
