@@ -335,6 +335,23 @@ def test_row_operators_on_dask_arrays(name, call, chunks, dtype, counted):
         assert gots[0].chunks[0] == chunked(x, chunks).chunks[0]
 
 
+def test_row_operators_on_dask_arrays_against_float64():
+    """Independently of the in-memory path: softmax over a split axis and layer_norm's three
+    outputs (std without the axis) against float64 NumPy."""
+    x = RNG.standard_normal((6, 10, 12)).astype(np.float32)
+    xd = x.astype(np.float64)
+    e = np.exp(xd - xd.max(axis=1, keepdims=True))
+    got = infiniop.softmax(chunked(x, (4, 3, 5)), axis=1).compute(scheduler="sync")
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-6, atol=0)  # ~8 ulp
+    mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
+    std = np.sqrt(var + 1e-5)
+    y, z, s = infiniop.layer_norm(chunked(x, (4, 3, 5)), W12, B12, eps=1e-5)
+    assert s.shape == (6, 10) and s.chunks == ((4, 2), (3, 3, 3, 1))
+    np.testing.assert_allclose(s.compute(), std[..., 0], rtol=1e-6)
+    np.testing.assert_allclose(z.compute(), (xd - mu) / std, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.compute(), (xd - mu) / std * W12 + B12, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("algo", [0, 1])
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 def test_rope_on_dask_arrays(algo, dtype, counted):
