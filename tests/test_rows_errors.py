@@ -210,6 +210,16 @@ def test_scalars(handle):
            epsilon=1e-6, match="twice")
     raises(Status.BAD_PARAM, infiniop.create_rms_norm_descriptor, handle, x, x, w, 1e300)
     raises(Status.BAD_PARAM, infiniop.create_softmax_descriptor, handle, x, x, 0, 1)
+    # a NaN or negative epsilon made every row / the rows below it NaN: refused; 0 and inf work
+    for bad in (float("nan"), -1e-6, -np.inf):
+        raises(Status.BAD_PARAM, infiniop.create_rms_norm_descriptor, handle, x, x, w, epsilon=bad,
+               match="must be >= 0")
+        raises(Status.BAD_PARAM, infiniop.create_add_rms_norm_descriptor, handle, x, x, x, x, w,
+               epsilon=bad, match="must be >= 0")
+        raises(Status.BAD_PARAM, infiniop.create_layer_norm_descriptor, handle, x, x,
+               D(F32, (2,)), x, w, None, eps=bad, match="must be >= 0")
+    for ok in (0.0, -0.0, np.inf):
+        infiniop.create_rms_norm_descriptor(handle, x, x, w, epsilon=ok)
 
 
 def test_handles_descriptors_and_buffers(handle):

@@ -9,13 +9,23 @@ from .operator import row_operator
 _HALF_OR_SINGLE_W = [f"{t}, f16|bf16|f32 -> {t}" for t in ("f16", "bf16", "f32")]
 
 
+def _non_negative(v):
+    """epsilon/eps: NaN made every row NaN and a negative value the rows whose mean square (or
+    variance) is below it; neither is ever meant (inf is accepted: zero rows)."""
+    return "must be >= 0 (and not NaN)" if not v >= 0 else None
+
+
+def _eps(name):
+    return [Param(name, "f32", 1e-5, _non_negative)]
+
+
 def _rms(m, x, w, epsilon):
     return x * (1 / m.sqrt(m.mean(x * x) + epsilon)) * w
 
 
 RMS_NORM = row_operator(
     "rms_norm", "y:out, x, w:col", _rms,
-    signatures=_HALF_OR_SINGLE_W + ["f64, f64 -> f64"], params=[Param("epsilon", "f32", 1e-5)],
+    signatures=_HALF_OR_SINGLE_W + ["f64, f64 -> f64"], params=_eps("epsilon"),
     # a finite sum of squares bounds every x, and |x r| <= sqrt(n): x r w is finite or inf
     nan_free_if_finite=True, doc="y = x / sqrt(mean(x^2) + epsilon) * w along the last axis")
 
@@ -28,7 +38,7 @@ def _add_rms(m, a, b, weight, epsilon):
 ADD_RMS_NORM = row_operator(
     "add_rms_norm", "y:out, residual_out:out, a, b, weight:col", _add_rms,
     signatures=[f"{t}, {t}, f16|bf16|f32 -> {t}, {t}" for t in ("f16", "bf16", "f32")]
-    + ["f64, f64, f64 -> f64, f64"], params=[Param("epsilon", "f32", 1e-5)],
+    + ["f64, f64, f64 -> f64, f64"], params=_eps("epsilon"),
     nan_free_if_finite=True, doc="residual_out = a + b; y = rms_norm(a + b) (of the float32 sum)")
 
 
@@ -42,7 +52,7 @@ def _layer_norm(m, x, w, b, eps):
 
 LAYER_NORM = row_operator(
     "layer_norm", "output:out, input_standardization:out, input_std_deviation:out:stat, input, "
-    "weight:col, bias?:col", _layer_norm, dtypes=FLOATS, params=[Param("eps", "f32", 1e-5)],
+    "weight:col, bias?:col", _layer_norm, dtypes=FLOATS, params=_eps("eps"),
     # a finite sum of d^2 bounds every d, 1/std finite: z w + b is finite or inf
     nan_free_if_finite=True,
     doc="z = (x - mean) * (1 / sqrt(var + eps)) (biased variance); output = z * weight + bias")
