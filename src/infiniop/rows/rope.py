@@ -15,6 +15,7 @@ the tables).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -38,6 +39,7 @@ PATTERNS = tuple(sigs.parse(s) for s in (
     [f"{t}, {_INTS}, {t}, {t} -> {t}" for t in ("f16", "bf16", "f32", "f64")]
     + [f"{t}, {_INTS}, f32, f32 -> {t}" for t in ("f16", "bf16")]))
 SIGNATURES = sigs.expand(list(PATTERNS), ROLES, frozenset())
+_OPERANDS = tuple(SimpleNamespace(name=n) for n in NAMES)  # what signature.match reads
 ALGOS = {0: "GPT-J (pairs 2i, 2i+1)", 1: "GPT-NeoX (pairs i, i + dh/2)"}
 
 
@@ -137,16 +139,9 @@ def plan(descs, algo) -> RopeInfo:
 
 
 def _match(dtypes):
-    for s in SIGNATURES:
-        if s.dtypes == dtypes:
-            return s
-    for k, name in enumerate(NAMES):  # the first operand no signature agreeing so far allows
-        left = [s for s in SIGNATURES if s.dtypes[:k + 1] == dtypes[:k + 1]]
-        if not left:
-            allowed = {s.dtypes[k] for s in SIGNATURES if s.dtypes[:k] == dtypes[:k]}
-            raise sigs.dtype_error("rope", name, dtypes[k], allowed, list(zip(NAMES, dtypes[:k])),
-                                   sigs.describe(list(PATTERNS), frozenset()))
-    raise AssertionError("unreachable")
+    """The signature of these dtypes, or signature.match's BAD_TENSOR_DTYPE naming the operand."""
+    return sigs.match("rope", _OPERANDS, SIGNATURES, dtypes,
+                      lambda: sigs.describe(list(PATTERNS), frozenset()))
 
 
 class RopeDescriptor(OperatorDescriptor):
