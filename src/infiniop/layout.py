@@ -56,6 +56,40 @@ def broadcast_strides(desc: TensorDescriptor, out_shape: tuple[int, ...], name: 
     return tuple(result)
 
 
+def memory_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The axes of a dense (shape, strides) from the largest |stride| to the smallest, size-1
+    axes first: the order a copy of it would be laid out in to keep its layout; None where it
+    is not dense (gaps, overlaps, broadcasts) or empty. Strides in elements, any sign."""
+    if 0 in shape:
+        return None
+    ones = [i for i, n in enumerate(shape) if n == 1]
+    rest = sorted((i for i, n in enumerate(shape) if n != 1), key=lambda i: -abs(strides[i]))
+    step = 1
+    for i in reversed(rest):
+        if abs(strides[i]) != step:
+            return None
+        step *= shape[i]
+    return (*ones, *rest)
+
+
+def result_order(shape: tuple[int, ...], operands) -> tuple[int, ...] | None:
+    """The axis order (outermost first) for a fresh output of ``shape``, given the inputs'
+    (shape, element strides): NumPy's and torch's "keep the inputs' layout", simplified. The
+    inputs of that very shape that are dense vote with their :func:`memory_order`; one order
+    that is not row-major wins, anything else (no vote, disagreement) is row-major (None).
+    ``silu(x.T)`` then runs as a flat loop into an output laid out like x.T (2x a transposing
+    one here) and returns what NumPy's ``np.exp(x.T)`` would."""
+    shape = tuple(shape)
+    votes = {memory_order(tuple(s), tuple(st)) for s, st in operands if tuple(s) == shape}
+    if len(votes) != 1:
+        return None
+    order = votes.pop()
+    if order is None:
+        return None
+    rest = [i for i in order if shape[i] != 1]
+    return None if rest == sorted(rest) else order
+
+
 def self_overlaps(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """True if two different indices of (shape, strides) address the same element."""
     dims = sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1)

@@ -20,7 +20,7 @@ from ..dask_arrays import elementwise as dask_elementwise
 from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
 from ..interop import _torch
-from ..layout import broadcast_shape
+from ..layout import broadcast_shape, result_order
 from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
@@ -159,13 +159,13 @@ def call(spec, args, out=None, params=None):
         if not params:
             last = _last_device_call.get(spec)
             if last is not None and type(a0) is last[0]:  # a torch tensor, as the last GPU call
-                _, fast, shape0, like, shape, tdt, dev = last
+                _, fast, shape0, like, shape, tdt, dev, order = last
                 if out is not None:
                     if fast((out, *args), None):
                         return out
                 elif a0.shape == shape0:  # the GPU descriptor's own check decides; no key
-                    o = (_torch().empty_like(a0) if like and a0.is_contiguous()
-                         else _torch().empty(shape, dtype=tdt, device=dev))
+                    o = (_torch().empty_like(a0) if like and order is None and a0.is_contiguous()
+                         else _empty_torch(shape, tdt, dev, order))
                     if fast.fresh((o, *args), None):  # o is as the descriptor's output
                         return o
             last = _last_call.get(spec)
@@ -173,12 +173,12 @@ def call(spec, args, out=None, params=None):
             last = _last_scalar_call.get(spec)
             last = last[1] if last is not None and _same_scalars(params, last[0]) else None
         if last is not None:
-            fast, shape0, shape, npdt = last
+            fast, shape0, shape, npdt, order = last
             if out is not None:
                 if fast((out, *args)) == 0:
                     return out
             elif type(a0) is np.ndarray and a0.shape == shape0:
-                o = empty_aligned(shape, npdt)
+                o = empty_aligned(shape, npdt) if order is None else _empty(shape, npdt, order)
                 if fast((o, *args)) == 0:
                     return o
     # Fast path: NumPy arrays only, layouts seen before -> one dict lookup, no planning.
@@ -190,19 +190,19 @@ def call(spec, args, out=None, params=None):
                 _cache.move_to_end(key)
             except KeyError:  # evicted by another thread meanwhile: harmless
                 pass
-            desc, shape, npdt = hit
+            desc, shape, npdt, order = hit
             if out is None:
-                out = empty_aligned(shape, npdt)
+                out = _empty(shape, npdt, order)
             desc.calculate(None, out, *args)
-            _note_last(spec, desc, args, params, shape, npdt)
+            _note_last(spec, desc, args, params, shape, npdt, order)
             return out
     tkey = None if key is not None else _torch_key(spec, args, out, params)
     if tkey is not None:
         hit = _cache.get(tkey)
         if hit is not None:
-            desc, shape, tdt, dev = hit
+            desc, shape, tdt, dev, order = hit
             if out is None:
-                out = torch_empty(shape, tdt, dev)
+                out = _empty_torch(shape, tdt, dev, order)
             desc.calculate(None, out, *args)
             _note_last_device(spec, desc, args, params, hit)
             return out
@@ -215,9 +215,9 @@ def _note_last_device(spec, desc, args, params, hit) -> None:
     fast = desc._fast_device
     a0 = args[0] if args else None
     if fast is not None and not params and _is_torch(a0) and _classic(spec):
-        shape, tdt, dev = hit[1:]
+        shape, tdt, dev, order = hit[1:]
         like = shape == a0.shape and tdt == a0.dtype and dev == a0.device
-        _last_device_call[spec] = (type(a0), fast, a0.shape, like, shape, tdt, dev)
+        _last_device_call[spec] = (type(a0), fast, a0.shape, like, shape, tdt, dev, order)
 
 
 def _torch_key(spec, args, out, params):
@@ -232,10 +232,10 @@ def _torch_key(spec, args, out, params):
     return tuple(key)
 
 
-def _note_last(spec, desc, args, params, shape, npdt) -> None:
+def _note_last(spec, desc, args, params, shape, npdt, order) -> None:
     fast = desc._fast
     if fast is not None and args and type(args[0]) is np.ndarray:
-        last = (fast, args[0].shape, shape, npdt)
+        last = (fast, args[0].shape, shape, npdt, order)
         if params:
             _last_scalar_call[spec] = (dict(params), last)
         else:
@@ -350,31 +350,70 @@ def _call_general(spec, args, out, params, key):
             if a is not None and _is_scalar(a):
                 buffers[k] = buffers[k].to(f"{device[0]}:{device[1]}")
     fresh = [k for k in out_ops if buffers[k] is None]
+    order = None
     if fresh:
         shape = _result_shape(spec, buffers)
+        order = _fresh_order(spec, buffers, shape)
         for k in fresh:
             dt = _pick(spec, cands, k, output=True)
             if use_torch:
                 from ..dtype import to_torch
 
                 dev = "cpu" if device is None else f"{device[0]}:{device[1]}"
-                buffers[k] = torch_empty(shape, to_torch(dt), dev)
+                buffers[k] = _empty_torch(shape, to_torch(dt), dev, order)
             else:
-                buffers[k] = empty_aligned(shape, dt.numpy)
+                buffers[k] = _empty(shape, dt.numpy, order)
     desc = _descriptor(spec, buffers, params, device)
     desc.calculate(None, *buffers)
     if key is not None and _classic(spec) and all(type(b) is np.ndarray for b in buffers):
         k0 = out_ops[0]
-        _remember(key, (desc, buffers[k0].shape, buffers[k0].dtype))
-        _note_last(spec, desc, args, params, buffers[k0].shape, buffers[k0].dtype)
+        _remember(key, (desc, buffers[k0].shape, buffers[k0].dtype, order))
+        _note_last(spec, desc, args, params, buffers[k0].shape, buffers[k0].dtype, order)
     elif key is not None and key[1] == "torch" and _classic(spec) and all(
             _is_torch(b) for b in buffers):
         o = buffers[out_ops[0]]
-        hit = (desc, tuple(o.shape), o.dtype, o.device)
+        hit = (desc, tuple(o.shape), o.dtype, o.device, order)
         _remember(key, hit)
         _note_last_device(spec, desc, args, params, hit)
     results = [buffers[k] for k, o in enumerate(ops) if o.writes]
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _fresh_order(spec, buffers, shape) -> tuple[int, ...] | None:
+    """The axis order of the outputs a call allocates: the inputs' (layout.result_order)."""
+    operands = []
+    for o, b in zip(spec.operands, buffers):
+        if b is None or not o.reads or o.views is not None:
+            continue
+        if type(b) is np.ndarray:
+            size = b.itemsize
+            if any(st % size for st in b.strides):
+                continue
+            operands.append((b.shape, tuple(st // size for st in b.strides)))
+        else:
+            operands.append((tuple(b.shape), tuple(b.stride())))
+    return result_order(shape, operands)
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+    inverse = [0] * len(order)
+    for j, i in enumerate(order):
+        inverse[i] = j
+    return tuple(inverse)
+
+
+def _empty(shape, npdt, order):
+    """``empty_aligned(shape)`` laid out in ``order`` (None: row-major)."""
+    if order is None:
+        return empty_aligned(shape, npdt)
+    return empty_aligned(tuple(shape[i] for i in order), npdt).transpose(_inverse(order))
+
+
+def _empty_torch(shape, tdt, dev, order):
+    """``torch_empty(shape)`` laid out in ``order`` (None: row-major)."""
+    if order is None:
+        return torch_empty(shape, tdt, dev)
+    return torch_empty(tuple(shape[i] for i in order), tdt, dev).permute(_inverse(order))
 
 
 def _out_list(spec, out, out_ops) -> list:
