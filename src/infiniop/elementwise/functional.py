@@ -168,6 +168,7 @@ def call(spec, args, out=None, params=None):
                          else _empty_torch(shape, tdt, dev, order))
                     if fast.fresh((o, *args), None):  # o is as the descriptor's output
                         return o
+                    del o
             last = _last_call.get(spec)
         else:
             last = _last_scalar_call.get(spec)
@@ -181,6 +182,7 @@ def call(spec, args, out=None, params=None):
                 o = empty_aligned(shape, npdt) if order is None else _empty(shape, npdt, order)
                 if fast((o, *args)) == 0:
                     return o
+                del o  # another layout: a large buffer goes back to the pool before the next
     # Fast path: NumPy arrays only, layouts seen before -> one dict lookup, no planning.
     key = _numpy_key(spec, args, out, params)
     if key is not None:
