@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from conftest import CANARY, raises
+from conftest import CANARY, assert_exact, raises
 from numpy.lib.stride_tricks import as_strided
 
 import infiniop
@@ -537,6 +537,21 @@ def test_functional_lossy_scalar_is_an_error(case):
     # integral floats and bools are exact: still accepted
     assert infiniop.add(np.arange(3, dtype=np.int32), 2.0).tolist() == [2, 3, 4]
     assert infiniop.add(np.arange(3, dtype=np.int32), True).tolist() == [1, 2, 3]
+
+
+def test_functional_refuses_numpy_scalars_that_are_not_real_numbers():
+    """NumPy scalars of other kinds were read as numbers: np.complex64(1+2j) lost its imaginary
+    part (a Python complex was refused), np.str_('1') and np.bytes_(b'2') were parsed, a
+    timedelta64 taken as its count. They are BAD_TENSOR_DTYPE now; real NumPy and ml_dtypes
+    scalars still work."""
+    x = np.zeros(3, np.float32)
+    for bad in (np.complex64(1 + 2j), np.complex128(1), np.str_("1"), np.bytes_(b"2"),
+                np.timedelta64(5, "s"), np.datetime64(5, "s")):
+        raises(DTYPE, infiniop.add, x, bad)
+    raises(PARAM, infiniop.add, x, 1 + 2j)
+    for ok in (np.float16(1.5), np.int8(1), np.uint64(1), np.bool_(True),
+               ml_dtypes.bfloat16(1.5), ml_dtypes.float8_e4m3fn(1.5)):
+        assert_exact(infiniop.add(x, ok), x + np.float32(ok))
 
 
 def test_wrong_layout_through_dlpack(sub34):

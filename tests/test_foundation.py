@@ -259,10 +259,15 @@ def test_as_dtype_accepts_every_spelling(d):
     expect = DType.U8 if d is DType.BYTE else d
     assert as_dtype(d.numpy) is expect
     assert as_dtype(dtmod.to_torch(d)) is expect
+    # a NumPy integer is a code too (it read as the scalar's own dtype: np.int64(13) was int64)
+    for code in (np.int64(int(d)), np.int32(int(d)), np.uint8(int(d))):
+        assert as_dtype(code) is d
+        assert TensorDescriptor(code, (2,)).dtype is d
 
 
 @pytest.mark.parametrize("bad", [
-    None, 0, 9 + 6, 20, -1, True, 2.5, "complex64", "nope", "", object(), np.complex64,
+    None, 0, 9 + 6, 20, -1, True, 2.5, np.int64(20), np.int8(-1), "complex64", "nope", "",
+    object(), np.complex64,
     np.dtype("O"), np.dtype(">f4"), np.dtype([("a", "f4")]), torch.complex64, torch.float8_e5m2,
 ])
 def test_as_dtype_rejects(bad):

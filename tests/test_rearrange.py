@@ -12,6 +12,7 @@ import gc
 import os
 from math import prod
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -481,6 +482,27 @@ def test_copy_broadcast_source_after_caching():
         copy_(a, np.arange(4, dtype=np.float32) + k)
         np.testing.assert_array_equal(a, np.broadcast_to(np.arange(4, dtype=np.float32) + k, (3, 4)))
     raises(Status.BAD_TENSOR_SHAPE, copy_, a, np.zeros((2, 4), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
+def test_copy_broadcast_half_source_after_caching(dtype):
+    """The cached path took a broadcast source's address through a compiled helper that Numba
+    cannot type for 16- and 8-bit floats: the second copy_ raised NotImplementedError."""
+    a = np.zeros((3, 4), dtype)
+    for k in range(3):
+        src = (np.arange(4) + k).astype(dtype)
+        copy_(a, src)
+        np.testing.assert_array_equal(a.view(np.uint8), np.broadcast_to(src, (3, 4)).view(np.uint8))
+
+
+def test_copy_between_empty_torch_tensors():
+    """An empty torch tensor's data_ptr() is 0: copy_ handed it on as a NULL address."""
+    for shape in ((0, 3), (3, 0), (0,)):
+        dst = torch.empty(shape)
+        assert copy_(dst, torch.empty(shape)) is dst
+        half = torch.empty(shape, dtype=torch.bfloat16)
+        assert copy_(half, torch.empty(shape, dtype=torch.bfloat16)) is half
+    raises(Status.BAD_TENSOR_SHAPE, copy_, torch.empty(0, 3), torch.empty(0, 4))
 
 
 def test_overlap_rules():

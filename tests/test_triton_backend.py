@@ -171,6 +171,30 @@ def test_gpu_benchmark_script_runs(tmp_path):
                for r in rows)
 
 
+@pytest.mark.skipif(not HAS_TRITON, reason="triton not installed")
+def test_rearrange_numpy_fast_path_only_on_host_memory():
+    """A GPU handle's rearrange descriptor took NumPy arrays laid out as it says through its
+    fast path, past the device check, and handed host addresses to its kernel (or np.copyto).
+    Imitated in a fresh interpreter process: the Triton handle with a real GPU's memory kind."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, infiniop\n"
+        "from infiniop import TensorDescriptor as TD\n"
+        "h = infiniop.create_handle('nvidia')\n"
+        "h.backend.MEMORY_KIND = 'cuda'\n"
+        "d = infiniop.create_rearrange_descriptor(h, TD('float32', (4, 5)), TD('float32', (4, 5)))\n"
+        "dst = np.zeros((4, 5), np.float32)\n"
+        "try:\n"
+        "    d.calculate(dst, np.ones((4, 5), np.float32))\n"
+        "except infiniop.InfiniError as e:\n"
+        "    print(e.status.name, 'lives on cpu' in str(e), dst.any())\n")
+    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TRITON_INTERPRET="1"),
+                       capture_output=True, text=True, timeout=300)
+    assert p.stdout.split() == ["BAD_PARAM", "True", "False"], (p.stdout + p.stderr)[-2000:]
+
+
 def test_gpu_tile_sweep_script_without_a_gpu():
     """benchmarks/sweep_gpu_tiles.py: its rows are bench_gpu.py's transposed ones; without a
     GPU (or under the interpreter) it says so and exits 0."""

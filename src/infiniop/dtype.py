@@ -184,9 +184,9 @@ def as_dtype(value) -> DType:
         return _from_string(value)
     if type(value).__module__ == "torch":
         return from_torch(value)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
         try:
-            return DType(value)
+            return DType(int(value))
         except ValueError:
             pass
     elif not isinstance(value, bool | bytes):

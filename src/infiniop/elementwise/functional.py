@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from math import copysign
 
+import ml_dtypes
 import numpy as np
 
 from ..dask_arrays import elementwise as dask_elementwise
@@ -25,6 +26,7 @@ from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
 
+_ML_SCALARS = (np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn))
 CACHE_SIZE = 1024  # entries kept per cache (least recently used dropped first)
 _cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shape, out dtype)
 _descriptors: OrderedDict = OrderedDict()  # operand layouts -> descriptor (every array kind)
@@ -291,7 +293,12 @@ def _as_array(name: str, a):
 
 
 def _is_scalar(a) -> bool:
-    return isinstance(a, bool | int | float | np.generic)
+    """Python and NumPy real numbers (ml_dtypes' too); a complex, str, bytes, datetime or void
+    NumPy scalar is not one (np.asarray would drop an imaginary part or parse '1'): it goes on
+    to the array checks and their BAD_TENSOR_DTYPE."""
+    if isinstance(a, bool | int | float):
+        return True
+    return isinstance(a, np.generic) and (a.dtype.kind in "biuf" or a.dtype in _ML_SCALARS)
 
 
 def arity_error(spec, names, given: int) -> InfiniError:

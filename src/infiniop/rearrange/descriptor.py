@@ -77,8 +77,11 @@ class RearrangeDescriptor(OperatorDescriptor):
         isz = dst_desc.dtype.itemsize
         self._small_memcpy = (self.meta.kind == "memcpy" and dst_desc.strides == src_desc.strides
                               and dst_desc.numel * isz <= SMALL_COPY_BYTES)
-        self._npdt = dst_desc.dtype.numpy
-        self._uview = (None if self._npdt.kind in "biu" or self._npdt in (np.float32, np.float64)
+        # the NumPy fast path hands host addresses to the kernel: only where the backend's
+        # buffers are host memory (a GPU handle's arrays must pass the device check)
+        self._npdt = dst_desc.dtype.numpy if handle.backend.MEMORY_KIND == "cpu" else None
+        npdt = dst_desc.dtype.numpy
+        self._uview = (None if npdt.kind in "biu" or npdt in (np.float32, np.float64)
                        else np.dtype(f"u{isz}"))
         self._address = None  # bound on the first fast-path call (dtype and rank are fixed)
         self._shape = dst_desc.shape

@@ -47,8 +47,11 @@ def copy_(dst, src):
         if desc is not None:
             # a broadcast src is not laid out as its descriptor (that has dst's shape): its
             # layout is the cache key's, so its memory holds what the descriptor reaches
-            desc.calculate(dst, src if src.shape == dst.shape
-                           else _descriptor._address_of(src.dtype, src.ndim)(src))
+            if src.shape != dst.shape:
+                if desc._uview is not None:  # Numba cannot type fp16/bf16/fp8 arrays
+                    src = src.view(desc._uview)
+                src = _descriptor._address_of(src.dtype, src.ndim)(src)
+            desc.calculate(dst, src)
             return dst
     if is_dask(dst) or is_dask(src):  # dask_arrays.py: checked, then computed into NumPy
         return copy_(dst, computed_source(dst, src))
@@ -74,6 +77,8 @@ def copy_(dst, src):
             _COPIES.popitem(last=False)
     if d.readonly:
         raise InfiniError(Status.BAD_PARAM, "operand 'dst': output buffer is read-only")
+    if desc._run is None:  # empty: nothing to copy (an empty torch tensor's address is 0)
+        return dst
     desc.calculate(d.address, s.address)  # buffers checked: they are the descriptors' own
     return dst
 
