@@ -1521,6 +1521,39 @@ def test_floats_into_uint64_keep_values_above_2_63():
         assert_exact(op(np.repeat(x, 2)[::2]), want)
 
 
+def test_integer_constants_must_fit_the_type_they_meet():
+    """A Python int beside an integer value takes that value's type (NumPy 2's rule) and must
+    fit it: ``x > -1`` on uint8 compared with 0xFFFFFFFF (all False), ``x < 2**64`` on int64
+    with 0. NumPy raises OverflowError for such constants; so does tracing now, naming the
+    ways out (a cast, or an explicit m.const that wraps). NumPy scalars are constants too
+    (``x * np.float32(0.5)`` was a TypeError while ``np.float32(0.5) * x`` worked)."""
+    u8 = np.array([0, 5, 255], np.uint8)
+    i64 = np.array([-(2**63), 0, 2**63 - 1], np.int64)
+    for expr, sig, x in ((lambda m, x: x > -1, "u8 -> bool", u8),
+                         (lambda m, x: x + (-1), "u8 -> u8", u8),
+                         (lambda m, x: x < 2**64, "i64 -> bool", i64),
+                         (lambda m, x: x > -(2**63) - 1, "i64 -> bool", i64)):
+        op = infiniop.elementwise("test_const_range", ("x",), infiniop.NUMERIC, expr,
+                                  signatures=sig, register=False)
+        with pytest.raises(OverflowError, match="does not fit"):
+            op(x)
+    fits = [(lambda m, x: m.cast(x, "i64") > -1, "u8 -> bool", u8, u8.astype(np.int64) > -1),
+            (lambda m, x: m.eq(x, m.const(-1, "u32")), "u8 -> bool", u8, np.zeros(3, bool)),
+            (lambda m, x: x + 4294967295, "u8 -> u8", u8, u8 - np.uint8(1)),     # wraps like u32
+            (lambda m, x: (x > -(2**63)) & (x < 2**63 - 1), "i64 -> bool", i64,
+             np.array([False, True, False])),
+            (lambda m, x: x * np.float32(0.5) + np.int64(1), "f32 -> f32",
+             np.array([1.0, -3.0], np.float32), np.array([1.5, -0.5], np.float32))]
+    for expr, sig, x, want in fits:
+        op = infiniop.elementwise("test_const_range", ("x",), infiniop.NUMERIC, expr,
+                                  signatures=sig, register=False)
+        assert_exact(op(x), want)
+    bad_type = infiniop.elementwise("test_const_type", ("x",), infiniop.FLOATS,
+                                    lambda m, x: x + m.const(1, "f16"), register=False)
+    with pytest.raises(TypeError, match="unknown type 'f16'"):
+        bad_type(np.ones(2, np.float32))
+
+
 def test_user_defined_operator_rejects_other_dtypes(handle):
     d = TensorDescriptor(I32, (3,))
     raises(Status.BAD_TENSOR_DTYPE, AXPBY.create_descriptor, handle, d, d, d, d)

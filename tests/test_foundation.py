@@ -174,6 +174,29 @@ def test_builtin_operators_unpickle_by_name_in_a_fresh_process():
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode().split() == ["silu", "softmax", infiniop.ops.ALL[-1].name]
 
+
+
+def test_user_operators_cannot_take_a_builtins_name():
+    """Registering a user's operator as "sub" replaced the registry entry that pickling by name
+    and create_sub_descriptor resolve: pickling infiniop.sub then failed (its definition went by
+    value, a lambda), and a user operator defined before the built-in was loaded would have
+    pickled as the name "sub" and run as the built-in on a Dask worker. Refused now (ValueError);
+    register=False and other names are fine, and the built-ins still pickle by name."""
+    import pickle
+
+    for define in (lambda: infiniop.elementwise("sub", ("a", "b"), infiniop.FLOATS,
+                                                lambda m, a, b: a * b),
+                   lambda: infiniop.row_operator("softmax", "y:out, x", lambda m, x: x)):
+        with pytest.raises(ValueError, match="built-in operator's name"):
+            define()
+    mine = infiniop.elementwise("sub", ("a", "b"), infiniop.FLOATS, lambda m, a, b: a * b,
+                                register=False)
+    a = np.array([3.0, 4.0], np.float32)
+    assert mine(a, a).tolist() == [9.0, 16.0] and infiniop.sub(a, a).tolist() == [0.0, 0.0]
+    assert pickle.loads(pickle.dumps(infiniop.sub)) is infiniop.sub
+    assert pickle.loads(pickle.dumps(infiniop.softmax)) is infiniop.softmax
+
+
 # ---------------------------------------------------------------------------------------------
 # DType
 # ---------------------------------------------------------------------------------------------

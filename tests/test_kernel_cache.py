@@ -187,6 +187,34 @@ def test_clear_cache_command(cache_root, capsys):
     assert "nothing to remove" in out and "removed" not in out
 
 
+def test_operator_names_of_any_characters_compile_and_clear(tmp_path):
+    """A user's operator name went into its kernel files' names as it was: "a/b" failed
+    (FileNotFoundError: a folder "ew_a"), a 300-character name hit ENAMETOOLONG, and "my-op"
+    or "größe" compiled into files clear-cache did not recognise (so their folders stayed).
+    In a fresh process and cache: each computes, and clear() leaves nothing behind."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, numpy as np, infiniop\n"
+        "from infiniop import kernel_cache\n"
+        "x = np.arange(5, dtype=np.float32)\n"
+        "for name in ('my-op', 'a/b', 'größe ü', 'x' * 300, '../up'):\n"
+        "    op = infiniop.elementwise(name, ('x',), infiniop.FLOATS, lambda m, x: x * 3 + 1)\n"
+        "    assert op(x).tolist() == (x * 3 + 1).tolist(), name\n"
+        "    r = infiniop.row_operator(name, 'y:out, x', lambda m, x: x - m.max(x))\n"
+        "    assert r(x).tolist() == (x - 4).tolist(), name\n"
+        "kernel_cache.clear()\n"
+        "left = [os.path.join(d, f) for d, _, fs in os.walk(kernel_cache.root()) for f in fs]\n"
+        "print('left', len(left), left[:3])\n")
+    env = dict(os.environ, INFINIOP_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[:2] == ["left", "0"], p.stdout
+    assert not (tmp_path / "up").exists()
+
+
 def test_clear_cache_on_a_missing_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(kernel_cache, "root", lambda: tmp_path / "never-created")
     assert cli.main(["clear-cache"]) == 0

@@ -1649,6 +1649,10 @@ def test_user_defined_row_operator(handle):
     assert_exact(y2, y)
     assert_exact(n2, norm)
     assert d.params == {"axis": 0}
+    for axis in (np.int64(0), np.int32(-2), np.uint8(0)):  # NumPy integers, as create takes
+        y3, n3 = l2(x, s, axis=axis)                        # (the stat was sized for axis -1)
+        assert_exact(y3, y)
+        assert_exact(n3, norm)
     with pytest.raises(TypeError, match="one value per row"):
         infiniop.row_operator("test_bad_stat", "y:out, s:out:stat, x", lambda m, x: (x, x),
                               register=False)(x)

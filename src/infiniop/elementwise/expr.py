@@ -21,6 +21,8 @@ import math
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 FLOAT = ("f32", "f64")
 INT = ("i32", "i64", "u32", "u64")
 TYPES = ("bool",) + INT + FLOAT
@@ -152,9 +154,20 @@ class Expr:
 def const(value, t: str) -> Expr:
     if isinstance(value, Expr):
         return value
-    if not isinstance(value, bool | int | float):
-        raise TypeError(f"constants must be numbers, got {value!r}")
+    if t not in TYPES:
+        raise TypeError(f"unknown type {t!r}; known: {', '.join(TYPES)}")
+    value = _python_number(value)
     return Expr("const", (const_value(value, t),), t)
+
+
+def _python_number(value):
+    """A Python bool, int or float for a constant: NumPy's real scalars (``np.float32(0.5)``,
+    ``np.int64(1)``) too, as their exact value."""
+    if isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return value.item()
+    raise TypeError(f"constants must be numbers, got {value!r}")
 
 
 def _number_type(value, other: str) -> str:
@@ -167,9 +180,21 @@ def _number_type(value, other: str) -> str:
 
 
 def _as_expr(x, like: str) -> Expr:
+    """A Python number next to a value of type ``like``, typed as NumPy 2 types it: an int
+    takes ``like``'s integer type, where it must fit (``x > -1`` on uint8 was ``x > 255``:
+    NumPy raises OverflowError there too), a float next to an integer is float64."""
     if isinstance(x, Expr):
         return x
-    return const(x, _number_type(x, like))
+    x = _python_number(x)
+    t = _number_type(x, like)
+    if type(x) is int and t in WIDTH:
+        bits = WIDTH[t]
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if t[0] == "i" else (0, (1 << bits) - 1)
+        if not lo <= x <= hi:
+            raise OverflowError(f"the constant {x} does not fit {t}, the type of the value it "
+                                f"meets (NumPy refuses it too); cast that value first, e.g. "
+                                f"m.cast(v, 'i64'), or write m.const({x}, '{t}') to wrap it")
+    return const(x, t)
 
 
 def cast(x, t: str) -> Expr:

@@ -104,6 +104,19 @@ def _is_builtin(name: str) -> bool:
     return name in MODULE_OF
 
 
+def _defined_here(fn) -> bool:
+    """Whether ``fn`` is one of infiniop's own (a built-in's definition)."""
+    return getattr(fn, "__module__", "").startswith("infiniop.")
+
+
+def builtin_name_error(name: str) -> str:
+    """Why a user's operator may not be registered under a built-in's name: the registry
+    entry is what create_<name>_descriptor and pickling by name (Dask workers) resolve."""
+    return (f"{name!r} is a built-in operator's name: registered under it, your operator would "
+            f"stand for infiniop.{name} (and a pickled infiniop.{name} would not be the "
+            "built-in); pick another name, or pass register=False")
+
+
 _UNPICKLED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
@@ -155,6 +168,8 @@ def elementwise(name: str, inputs=("x",), dtypes=NUMERIC, expr: Callable | None 
     """
     if expr is None:
         raise TypeError("elementwise() needs an expression")
+    if register and _is_builtin(name) and not _defined_here(expr):
+        raise ValueError(builtin_name_error(name))
     if operands is None:
         ops = tuple(Operand(n, "out") for n in outputs) + tuple(Operand(n) for n in inputs)
     elif isinstance(operands, str):

@@ -158,8 +158,9 @@ def _call_general(spec, args, out, params, key):
     stat_shape = shape[:-1]
     if spec.axis:
         axis = params.get(spec.axis, -1)
-        if isinstance(axis, int) and not isinstance(axis, bool) and -len(shape) <= axis < len(shape):
-            a = axis % len(shape)
+        if hasattr(axis, "__index__") and not isinstance(axis, bool | np.bool_) \
+                and -len(shape) <= int(axis) < len(shape):  # np.int64 too, as create accepts it
+            a = int(axis) % len(shape)
             stat_shape = shape[:a] + shape[a + 1:]
     device = _gpu_device(buffers) if use_torch else None
     dev = "cpu" if device is None else f"{device[0]}:{device[1]}"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from ..elementwise import signature as sigs
+from ..elementwise.operator import _defined_here, builtin_name_error
 from ..elementwise.spec import FLOATS, Param, dtype_set
 from ..ops import ROW_OPERATORS
 from .descriptor import RowDescriptor
@@ -84,6 +85,8 @@ def row_operator(name: str, operands, fn: Callable, *, dtypes=FLOATS, signatures
     statistics and the column operands are finite (faster bf16 outputs; a false promise gives
     wrong NaN results).
     """
+    if register and name in ROW_OPERATORS and not _defined_here(fn):
+        raise ValueError(builtin_name_error(name))
     ops = parse_operands(operands) if isinstance(operands, str) else tuple(operands)
     if signatures is None:
         n_in = sum(o.reads for o in ops)

@@ -73,6 +73,9 @@ def _define_literals(source: str) -> str:
 
 def module_name(stem: str, source: str) -> str:
     """``<stem>_<hash of the source>``: the file name says which source it holds."""
+    # a user's operator name may hold any character ('my-op', 'a/b', unicode, 300 chars): keep
+    # file names to what kernel_cache._FILE (clear-cache) knows and to one path component
+    stem = re.sub(r"[^A-Za-z0-9_]", "_", stem)[:80]
     return f"{stem}_{sha1((GENERATOR_VERSION + source).encode()).hexdigest()[:10]}"
 
 
