@@ -215,6 +215,82 @@ def test_operator_names_of_any_characters_compile_and_clear(tmp_path):
     assert not (tmp_path / "up").exists()
 
 
+def _run_op(env, code="print(op(np.ones(3, np.float32)).tolist())"):
+    import subprocess
+    import sys
+
+    head = ("import numpy as np, infiniop\n"
+            "op = infiniop.elementwise('kc', ('x',), infiniop.FLOATS, lambda m, x: x * 2 + 1)\n")
+    return subprocess.run([sys.executable, "-c", head + code], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_damaged_cache_entry_is_compiled_again(tmp_path):
+    """A truncated Numba index or data file, or a truncated generated module, made every later
+    process fail (UnpicklingError, NameError in Numba's typing) until the cache was cleared:
+    each is a miss now, compiled again and rewritten, and the next process loads it."""
+    env = dict(os.environ, INFINIOP_CACHE_DIR=str(tmp_path))
+    assert _run_op(env).stdout.split() == ["[3.0,", "3.0,", "3.0]"]
+    (tag,) = tmp_path.glob("k*")
+
+    def damage(pattern: str, how: str) -> None:
+        for f in tag.glob("native-*/ew_kc_*.nko"):   # so that Numba's entries are read
+            f.unlink()
+        files = list(tag.glob(pattern))
+        assert files, pattern
+        for f in files:
+            data = f.read_bytes()
+            f.write_bytes(data[: len(data) // 2] if how == "truncate" else os.urandom(len(data)))
+
+    for pattern, how in (("numba/generated/ew_kc_*.nbi", "truncate"),
+                         ("numba/generated/ew_kc_*.nbc", "truncate"),
+                         ("numba/generated/ew_kc_*.nbc", "random"),
+                         ("cpu/ew_kc_*.py", "truncate")):
+        damage(pattern, how)
+        for _ in range(2):                            # repaired, then loaded as usual
+            p = _run_op(env)
+            assert p.stdout.split() == ["[3.0,", "3.0,", "3.0]"], (pattern, how, p.stderr[-2000:])
+
+
+def test_an_unwritable_cache_folder_falls_back_to_a_temporary_one(tmp_path):
+    """A cache folder that cannot be made or written (here: a file in its place) failed every
+    call that needed a new kernel with an OSError; now the kernels go to a folder in the
+    temporary directory, with a warning that names both, and clear-cache works there."""
+    blocker = tmp_path / "notadir"
+    blocker.write_text("")
+    env = dict(os.environ, INFINIOP_CACHE_DIR=str(blocker / "cache"), TMPDIR=str(tmp_path))
+    p = _run_op(env, "print(op(np.ones(3, np.float32)).tolist()); "
+                     "from infiniop import kernel_cache; print(kernel_cache.root())")
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = p.stdout.split("\n")
+    assert out[0] == "[3.0, 3.0, 3.0]" and out[1].startswith(str(tmp_path / "infiniop-cache-"))
+    assert "RuntimeWarning" in p.stderr and "is not a folder" in p.stderr
+    assert any((tmp_path / out[1]).rglob("ew_kc_*.py"))
+    p = _run_op(env, "from infiniop import cli; raise SystemExit(cli.main(['clear-cache']))")
+    assert p.returncode == 0 and "removed" in p.stdout, p.stdout + p.stderr
+    assert not any((tmp_path / out[1]).rglob("ew_kc_*.py"))
+
+
+def test_clear_cache_reports_files_it_cannot_remove(cache_root, monkeypatch, capsys):
+    """clear-cache stopped with a traceback at the first file it could not delete (a read-only
+    folder); it removes what it can, names what it could not and exits with 1."""
+    root, ours, users = cache_root
+    stuck = ours[0]
+    real = type(stuck).unlink
+
+    def unlink(self, *a, **k):
+        if self == stuck:
+            raise PermissionError(13, "Permission denied")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(type(stuck), "unlink", unlink)
+    assert cli.main(["clear-cache"]) == 1
+    io = capsys.readouterr()
+    assert f"removed {len(ours) - 1} files" in io.out
+    assert f"could not remove 1 files, e.g. {stuck}: Permission denied" in io.err
+    assert stuck.exists() and not any(p.exists() for p in ours[1:])
+
+
 def test_clear_cache_on_a_missing_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(kernel_cache, "root", lambda: tmp_path / "never-created")
     assert cli.main(["clear-cache"]) == 0

@@ -94,6 +94,11 @@ def _clear_cache(dry_run: bool) -> int:
         print(f"{verb} {where / e.name}: {len(e.files)} files, {_mb(e.nbytes)}{note}")
     print(f"{verb} {sum(len(e.files) for e in found)} files, {_mb(total)} in all "
           "(only files infiniop writes; anything else in the folder is kept)")
+    kept = [k for e in found for k in e.kept]
+    if kept:
+        print(f"could not remove {len(kept)} files, e.g. {kept[0][0]}: {kept[0][1]}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

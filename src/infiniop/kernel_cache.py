@@ -59,12 +59,40 @@ _FILE = (
 
 @functools.cache
 def root() -> str:
-    """The cache root (read once per process, like every setting)."""
+    """The cache root (read once per process, like every setting). Where the configured folder
+    cannot be made or written (a read-only home, a file in the way), a folder of this user's
+    in the temporary directory, with a warning: every new kernel failed with an OSError."""
     env = os.environ.get("INFINIOP_CACHE_DIR")
     if env:
-        return os.path.expanduser(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(base, "infiniop")
+        path = os.path.expanduser(env)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        path = os.path.join(base, "infiniop")
+    why = _unwritable(path)
+    if why is None:
+        return path
+    import tempfile
+    import warnings
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    fallback = os.path.join(tempfile.gettempdir(), f"infiniop-cache-{uid}")
+    warnings.warn(f"infiniop: the kernel cache folder {path} {why}; compiled kernels go to "
+                  f"{fallback} in this process (set INFINIOP_CACHE_DIR to a writable folder)",
+                  RuntimeWarning, stacklevel=2)
+    return fallback
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot serve as the cache folder, or None: it, or the nearest folder above
+    it that exists (where it would be made), must be a folder this process may write."""
+    p = os.path.abspath(path)
+    while not os.path.lexists(p):
+        p = os.path.dirname(p)
+    if not os.path.isdir(p):
+        return f"cannot be made ({p} is not a folder)"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return "is not writable" if p == os.path.abspath(path) else f"cannot be made in {p}"
+    return None
 
 
 def _relative(path: str) -> str:
@@ -104,20 +132,31 @@ def kernel_dir(kind: str) -> str:
 
 def write_module(directory: str, name: str, source: str) -> str:
     """``directory/name.py`` holding ``source``, written once and atomically (safe when several
-    threads or processes write the same module at once; an existing file is left untouched, so
-    its timestamp, and the caches keyed on it, stay valid)."""
+    threads or processes write the same module at once; an existing file that holds ``source``
+    is left untouched, so its timestamp, and the caches keyed on it, stay valid; one that does
+    not, a truncated or damaged file, is replaced: it failed every later import)."""
     path = os.path.join(directory, name + ".py")
-    if not os.path.exists(path):
-        import tempfile  # only when writing: 4 ms of a cached first call
-
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
+    if os.path.exists(path):
         try:
-            os.link(tmp, path)
-        except FileExistsError:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == source:
+                    return path
+        except (OSError, UnicodeDecodeError):
             pass
-        finally:
+    import tempfile  # only when writing: 4 ms of a cached first call
+
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(source)
+    try:
+        if os.path.exists(path):
+            os.replace(tmp, path)  # damaged: replaced whole
+            return path
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        if os.path.exists(tmp):
             os.unlink(tmp)
     return path
 
@@ -132,6 +171,7 @@ class Entry:
     files: list[Path] = field(default_factory=list)
     nbytes: int = 0
     legacy: bool = False
+    kept: list[tuple[Path, str]] = field(default_factory=list)  # could not be removed, and why
 
 
 def _size(path: Path) -> int:
@@ -195,6 +235,11 @@ def clear(at: Path | None = None, dry_run: bool = False) -> list[Entry]:
                 f.unlink()
             except FileNotFoundError:
                 pass
+            except OSError as err:  # a read-only folder, another user's file
+                e.kept.append((f, err.strerror or str(err)))
+        if e.kept:
+            e.nbytes -= sum(_size(f) for f, _ in e.kept)
+            e.files = [f for f in e.files if f not in {k for k, _ in e.kept}]
         top = base / e.name
         for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
             try:

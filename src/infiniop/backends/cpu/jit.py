@@ -90,9 +90,40 @@ def _save_by_key(self, key, data):
     self._save_data(name, data)
 
 
+# A damaged entry in infiniop's cache (a truncated index or data file: a full disk, a killed
+# process, a copied cache) made every later process fail with UnpicklingError until the cache
+# was cleared; it is a miss instead: the kernel is compiled again and the entry rewritten.
+_load_index = caching.IndexDataCacheFile._load_index
+_load_entry = caching.IndexDataCacheFile.load
+
+
+def _ours(cache_file) -> bool:
+    return (os.path.realpath(cache_file._cache_path) + os.sep).startswith(_KERNEL_ROOT)
+
+
+def _index_or_empty(self):
+    try:
+        return _load_index(self)
+    except Exception:
+        if not _ours(self):
+            raise
+        return {}
+
+
+def _entry_or_miss(self, key):
+    try:
+        return _load_entry(self, key)
+    except Exception:
+        if not _ours(self):
+            raise
+        return None
+
+
 _KERNEL_ROOT = os.path.realpath(kernel_cache.root()) + os.sep
 if not getattr(caching.IndexDataCacheFile, "_infiniop_keyed", False):
     caching.IndexDataCacheFile.save = _save_by_key
+    caching.IndexDataCacheFile._load_index = _index_or_empty
+    caching.IndexDataCacheFile.load = _entry_or_miss
     caching.IndexDataCacheFile._infiniop_keyed = True
 
 
