@@ -4,6 +4,8 @@ output buffer is canary-filled before the call and compared byte for byte after 
 
 from __future__ import annotations
 
+import os
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -552,6 +554,48 @@ def test_functional_refuses_numpy_scalars_that_are_not_real_numbers():
     for ok in (np.float16(1.5), np.int8(1), np.uint64(1), np.bool_(True),
                ml_dtypes.bfloat16(1.5), ml_dtypes.float8_e4m3fn(1.5)):
         assert_exact(infiniop.add(x, ok), x + np.float32(ok))
+
+
+def test_definitions_that_cannot_work_are_refused_when_made():
+    """Param('k', 'i32') was accepted and failed at the first call with KeyError: 'i32'; an
+    empty ``dtypes`` with T signatures gave an operator whose every call failed with "expected
+    here (T in {})". Both are refused where they are written now."""
+    from infiniop.elementwise.spec import Param
+
+    with pytest.raises(TypeError, match="dtype 'i32' is not one of f32, f64, i64"):
+        Param("k", "i32")
+    with pytest.raises(ValueError, match="no type signature"):
+        infiniop.elementwise("test_no_dtypes", ("x",), (), lambda m, x: x, register=False)
+    with pytest.raises(ValueError, match="no type signature"):
+        infiniop.row_operator("test_no_dtypes", "y:out, x", lambda m, x: x, dtypes=(),
+                              register=False)
+    concrete = infiniop.elementwise("test_no_dtypes", ("x",), (), lambda m, x: x * 2,
+                                    signatures="f32 -> f32", register=False)
+    assert concrete(np.ones(2, np.float32)).tolist() == [2.0, 2.0]
+
+
+def test_malformed_settings_name_their_variable(monkeypatch):
+    """INFINIOP_PARALLEL_THRESHOLD=abc stopped the import with "invalid literal for int()";
+    the message names the variable now, and 1e6-style values are read as whole numbers."""
+    import subprocess
+    import sys
+
+    from infiniop.settings import env_int
+
+    for raw, want in (("", 5), ("  ", 5), ("1e6", 10**6), ("1_000", 1000), ("0x10", 16), ("7", 7)):
+        monkeypatch.setenv("INFINIOP_TEST_SETTING", raw)
+        assert env_int("INFINIOP_TEST_SETTING", 5) == want
+    for raw, why in (("abc", "is not a whole number"), ("1.5", "is not a whole number"),
+                     ("-1", "is below 0")):
+        monkeypatch.setenv("INFINIOP_TEST_SETTING", raw)
+        with pytest.raises(ValueError, match=f"INFINIOP_TEST_SETTING='{raw}' {why}"):
+            env_int("INFINIOP_TEST_SETTING", 5)
+    for name in ("INFINIOP_PARALLEL_THRESHOLD", "INFINIOP_NT_THRESHOLD_BYTES", "INFINIOP_POOL_MIB"):
+        p = subprocess.run([sys.executable, "-c", "import numpy as np, infiniop; "
+                            "infiniop.sub(np.ones(2), np.ones(2))"],
+                           env=dict(os.environ, **{name: "abc"}), capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode != 0 and f"{name}='abc' is not a whole number" in p.stderr, p.stderr
 
 
 def test_wrong_layout_through_dlpack(sub34):

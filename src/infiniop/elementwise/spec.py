@@ -132,6 +132,11 @@ class Param:
     default: float | int | None = None
     check: Callable | None = None
 
+    def __post_init__(self):
+        if self.dtype not in _PARAM_TYPES:  # was a KeyError at the first call
+            raise TypeError(f"parameter {self.name!r}: dtype {self.dtype!r} is not one of "
+                            f"{', '.join(_PARAM_TYPES)}")
+
     def convert(self, op: str, value):
         where = f"{op}: parameter '{self.name}'"
         if value is None:
@@ -214,6 +219,9 @@ class ElementwiseSpec:
     def __post_init__(self):
         roles = tuple(o.role for o in self.operands)
         object.__setattr__(self, "signatures", sigs.expand(list(self.patterns), roles, self.tvars))
+        if not self.signatures:  # dtypes=(): every call failed with "T in {}"
+            raise ValueError(f"{self.name}: no type signature: dtypes is empty and every "
+                             "signature uses T")
         object.__setattr__(self, "_programs", {})
         object.__setattr__(self, "_lock", threading.Lock())
         object.__setattr__(self, "_key", None)

@@ -187,6 +187,9 @@ class RowSpec:
     def __post_init__(self):
         roles = tuple(o.role for o in self.operands)
         object.__setattr__(self, "signatures", sigs.expand(list(self.patterns), roles, self.tvars))
+        if not self.signatures:  # dtypes=(): every call failed with "T in {}"
+            raise ValueError(f"{self.name}: no type signature: dtypes is empty and every "
+                             "signature uses T")
         object.__setattr__(self, "_programs", {})
         object.__setattr__(self, "_lock", threading.Lock())
         for o in self.operands:

@@ -20,11 +20,12 @@ import sys
 from collections.abc import Callable
 
 from ... import kernel_cache
+from ...settings import env_int
 from . import cpuinfo
 
 CACHE_DIR = kernel_cache.root()
 # Below this many elements a call runs serially: waking a pool costs more than it saves.
-PARALLEL_THRESHOLD = int(os.environ.get("INFINIOP_PARALLEL_THRESHOLD", 1 << 18))
+PARALLEL_THRESHOLD = env_int("INFINIOP_PARALLEL_THRESHOLD", 1 << 18)
 
 
 def _default_nt_threshold() -> int:
@@ -35,8 +36,9 @@ def _default_nt_threshold() -> int:
 
 # The bytes moved by a call (each operand's own bytes, read or written, once) from which its
 # stores bypass the cache (non-temporal), times the caller's scale.
-_NT_ENV = os.environ.get("INFINIOP_NT_THRESHOLD_BYTES")
-NT_THRESHOLD_BYTES = int(_NT_ENV) if _NT_ENV else _default_nt_threshold()
+NT_THRESHOLD_BYTES = env_int("INFINIOP_NT_THRESHOLD_BYTES", -1)
+if NT_THRESHOLD_BYTES < 0:
+    NT_THRESHOLD_BYTES = _default_nt_threshold()
 
 
 def streams(moved: int, scale: float = 1.0) -> bool:

@@ -24,8 +24,10 @@ import ctypes
 import os
 from dataclasses import dataclass
 
+from ...settings import env_int
+
 STAGED = os.environ.get("INFINIOP_TRITON_STAGED", "0") == "1"
-STAGED_PAD = int(os.environ.get("INFINIOP_TRITON_STAGED_PAD", "4096"))  # guard bytes per side
+STAGED_PAD = env_int("INFINIOP_TRITON_STAGED_PAD", 4096)  # guard bytes per side
 
 _TORCH_NAMES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "i8": "int8",
                 "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
