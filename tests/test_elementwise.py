@@ -1521,6 +1521,51 @@ def test_floats_into_uint64_keep_values_above_2_63():
         assert_exact(op(np.repeat(x, 2)[::2]), want)
 
 
+def _nearest(v: int, dtype):
+    """The value of ``dtype`` nearest to the integer v, ties to even (exact, with Fractions)."""
+    c = np.array([float(v)]).astype(np.float32).astype(dtype)
+    u = np.uint16
+    bits = int(c.view(u)[0])
+    cands = [c[0]] + [np.array([bits + d], u).view(dtype)[0] for d in (-1, 1)
+                      if 0 < bits + d < 1 << 16]
+    best = []
+    for x in cands:
+        if not np.isfinite(np.float64(x)):
+            continue
+        dist = abs(Fraction(float(x)) - v)
+        best.append((dist, int(np.array([x]).view(u)[0]) & 1, x))
+    dist, _, x = min(best, key=lambda t: (t[0], t[1]))
+    fi = ml_dtypes.finfo(dtype)
+    limit = Fraction(float(fi.max)) + Fraction(2) ** (fi.maxexp - fi.nmant - 2)  # + ulp / 2
+    return dtype(np.copysign(np.inf, v)) if abs(v) >= limit else x
+
+
+def test_64_bit_integers_into_half_outputs_are_rounded_once():
+    """An int64/uint64 result stored to bf16 went through float64 rounded to nearest, then
+    float32 to odd: two roundings above 2^53 (2^53 + 2^45 + 1 gave 2^53, not 2^53 + 2^46). Now
+    float64 rounded to odd: every value below is the nearest bf16/fp16 (ties to even),
+    near-ties of bf16 at every scale, the extremes, and random values."""
+    rng = np.random.default_rng(64)
+    near = []
+    for s in range(8, 63):                                  # bf16 ties: k 2^s + 2^(s-1) +- {0, 1}
+        for k in (129, 255, 256, 300):
+            t = k * 2**s + 2 ** (s - 1)
+            near += [t - 1, t, t + 1]
+    ints = [2**53 + 2**45 + 1, 0, 1, -1, 2**53, 2**53 + 1, 2**63 - 1, -(2**63), 65504, 65520,
+            65519, -65520, *near, *rng.integers(-(2**63), 2**63 - 1, 300, dtype=np.int64).tolist()]
+    ints = [v for v in ints if -(2**63) <= v < 2**63]
+    uints = [v for v in ints if v >= 0] + [2**64 - 1, 2**64 - 2048, 2**63, 2**63 + 2**55 + 1]
+    for sig, vals, npt in (("i64 -> bf16", ints, np.int64), ("u64 -> bf16", uints, np.uint64),
+                           ("i64 -> f16", ints, np.int64), ("u64 -> f16", uints, np.uint64)):
+        dtype = ml_dtypes.bfloat16 if sig.endswith("bf16") else np.float16
+        op = infiniop.elementwise("test_int_to_half", ("x",), infiniop.NUMERIC, lambda m, x: x,
+                                  signatures=sig, register=False)
+        got = op(np.array(vals, npt))
+        want = np.array([_nearest(v, dtype) for v in vals], dtype)
+        bad = got.view(np.uint16) != want.view(np.uint16)
+        assert not bad.any(), (sig, np.array(vals, object)[bad][:4], got[bad][:4], want[bad][:4])
+
+
 def test_integer_constants_must_fit_the_type_they_meet():
     """A Python int beside an integer value takes that value's type (NumPy 2's rule) and must
     fit it: ``x > -1`` on uint8 compared with 0xFFFFFFFF (all False), ``x < 2**64`` on int64

@@ -323,7 +323,7 @@ class ElementwiseSpec:
             if o.role == "in" and present[k]:
                 for v in range(o.nviews):
                     slots.append(Slot(k, v, sig.dtypes[k], loads[(k, v)], None))
-        results = tuple(_typed_result(r, sigs.COMPUTE[sig.dtypes[k]])
+        results = tuple(_typed_result(r, sigs.COMPUTE[sig.dtypes[k]], sig.dtypes[k])
                         for r, k in zip(results, written))
         text = fingerprint(results) + "|" + ",".join(
             f"{s.dtype.name}:{s.load}:{s.store}" for s in slots)
@@ -349,8 +349,27 @@ class ElementwiseSpec:
         return f"<elementwise operator {self.name}({', '.join(o.name for o in self.operands)})>"
 
 
-def _typed_result(r: Expr, compute: str) -> Expr:
-    """A constant result (ones, zeros) takes the output's compute type."""
+def _typed_result(r: Expr, compute: str, dtype: DType | None = None) -> Expr:
+    """A constant result (ones, zeros) takes the output's compute type; a 64-bit integer stored
+    to fp16/bf16 is handed on as float64 rounded to odd (:func:`_int_to_f64_odd`)."""
     if r.op == "const" and r.dtype != compute:
         return const(r.args[0], compute)
+    if dtype in (DType.F16, DType.BF16) and r.dtype in ("i64", "u64"):
+        return _int_to_f64_odd(r)
     return r
+
+
+def _int_to_f64_odd(r: Expr) -> Expr:
+    """A 64-bit integer as float64 rounded to odd, so that the store's rounding to fp16/bf16
+    (through float32 rounded to odd) is the only one: the integer went through a float64
+    rounded to nearest first, two roundings for magnitudes beyond 2^53 (2^53 + 2^45 + 1 gave
+    bf16 2^53, not 2^53 + 2^46). r = hi + lo with hi's low 11 bits clear (at most 53
+    significant bits: exact in float64) and lo in [0, 2048); their float64 sum's error is
+    exact (|hi| >= 2048 > lo, or hi = 0)."""
+    from .expr import Math, cast
+    from .mathlib import _to_odd
+
+    hi = r & const(-2048, r.dtype)                         # wraps to 2^64 - 2048 for u64
+    fh, fl = cast(hi, "f64"), cast(r - hi, "f64")
+    s = fh + fl
+    return _to_odd(Math(), s, fl - (s - fh))

@@ -289,7 +289,8 @@ def _trace(spec: RowSpec, sig: sigs.Signature, present: tuple[bool, ...]) -> Row
     if len(results) != len(written):
         raise TypeError(f"{spec.name}: the function returns {len(results)} values for "
                         f"{len(written)} outputs ({', '.join(spec.outputs)})")
-    results = [_typed_result(r, sigs.COMPUTE[sig.dtypes[k]]) for r, k in zip(results, written)]
+    results = [_typed_result(r, sigs.COMPUTE[sig.dtypes[k]], sig.dtypes[k])
+               for r, k in zip(results, written)]
 
     # stages: a reduction's stage is 1 + the highest stage among the reductions it reads
     stage: dict[int, int] = {}
