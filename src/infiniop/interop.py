@@ -99,6 +99,14 @@ def _from_torch(t, name: str = "buffer") -> BufferInfo:
     return BufferInfo(addr, dt, shape, strides, lo, hi, False, dev, t)
 
 
+def refuse_masked(obj, name: str) -> None:
+    """BAD_PARAM for a NumPy masked array: read as its data, its mask was silently dropped
+    (NumPy's ufuncs keep it; infiniop's Dask path already refused masked chunks)."""
+    if type(obj).__module__.startswith("numpy.ma"):
+        raise InfiniError(Status.BAD_PARAM, f"operand '{name}': a masked array; its mask would be "
+                          "ignored: pass x.filled(value) or x.data")
+
+
 def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
     """Describe ``obj`` (array, tensor, DLPack / array-interface object, or int address)."""
     if type(obj) is np.ndarray:
@@ -112,6 +120,7 @@ def inspect_buffer(obj, name: str = "buffer") -> BufferInfo:
     if _is_torch_tensor(obj):
         return _from_torch(obj, name)
     if isinstance(obj, np.ndarray):
+        refuse_masked(obj, name)
         return _from_ndarray(obj, name)
     if hasattr(obj, "__dlpack__"):
         try:
