@@ -573,6 +573,17 @@ def test_masked_arrays_are_refused_not_unmasked():
     assert infiniop.add(m.filled(0), plain).tolist() == [[2.0, 1.0, 4.0]]
 
 
+def test_unsupported_dtypes_name_their_operand():
+    """A big-endian array or a complex tensor gave "dtype('>f4') is not an infiniop DType"
+    without saying which operand it was (the README promises every message names it)."""
+    x = np.ones((2, 3), np.float32)
+    raises(DTYPE, infiniop.add, x, x.astype(">f4"), match="operand 'b': dtype")
+    raises(DTYPE, infiniop.add, torch.ones(3), torch.ones(3, dtype=torch.complex64),
+           match="operand 'b': torch dtype")
+    raises(DTYPE, infiniop.softmax, x.astype(">f4"), match="operand 'x': dtype")
+    raises(DTYPE, infiniop.rms_norm, x, np.ones(3, ">f4"), match="operand 'w': dtype")
+
+
 def test_definitions_that_cannot_work_are_refused_when_made():
     """Param('k', 'i32') was accepted and failed at the first call with KeyError: 'i32'; an
     empty ``dtypes`` with T signatures gave an operator whose every call failed with "expected

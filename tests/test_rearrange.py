@@ -495,6 +495,15 @@ def test_copy_broadcast_half_source_after_caching(dtype):
         np.testing.assert_array_equal(a.view(np.uint8), np.broadcast_to(src, (3, 4)).view(np.uint8))
 
 
+def test_pattern_names_do_not_start_with_a_digit():
+    """'b 1a' was read as 'b 1 a' (an extra axis of 1, where einops refuses the pattern)."""
+    x = np.ones((2, 3), np.float32)
+    for p in ("a b -> b 1a", "a 1b -> b a", "a b -> (b 2c)"):
+        raises(Status.BAD_PARAM, rearrange, x, p, match="is not an axis name")
+    assert rearrange(x, "a b -> b a 1").shape == (3, 2, 1)
+    assert rearrange(x, "a _b1 -> _b1 a").shape == (3, 2)
+
+
 def test_copy_between_empty_torch_tensors():
     """An empty torch tensor's data_ptr() is 0: copy_ handed it on as a NULL address."""
     for shape in ((0, 3), (3, 0), (0,)):

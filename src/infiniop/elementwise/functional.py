@@ -292,6 +292,15 @@ def _as_array(name: str, a):
     raise InfiniError(Status.BAD_PARAM, f"operand '{name}': cannot use {type(a).__name__}")
 
 
+def operand_dtype(name: str, b) -> DType:
+    """``b``'s dtype as a DType, or BAD_TENSOR_DTYPE naming the operand (a big-endian array or
+    a complex tensor was reported without saying which operand it was)."""
+    try:
+        return as_dtype(b.dtype)
+    except InfiniError as e:
+        raise InfiniError(e.status, f"operand '{name}': {e}") from None
+
+
 def _is_scalar(a) -> bool:
     """Python and NumPy real numbers (ml_dtypes' too); a complex, str, bytes, datetime or void
     NumPy scalar is not one (np.asarray would drop an imaginary part or parse '1'): it goes on
@@ -343,7 +352,7 @@ def _call_general(spec, args, out, params, key):
                 raise InfiniError(Status.BAD_PARAM,
                                   f"operand '{ops[k].name}': cannot use {type(o).__name__}")
             buffers[k] = o
-    known = tuple(None if b is None else as_dtype(b.dtype) for b in buffers)
+    known = tuple(None if b is None else operand_dtype(o.name, b) for o, b in zip(ops, buffers))
     if all(d is None for d in known):
         raise InfiniError(Status.BAD_PARAM, f"{spec.name}: at least one operand must be an array")
     cands = spec.candidates(known)

@@ -20,7 +20,9 @@ import numpy as np
 from ..status import InfiniError, Status
 
 ELLIPSIS = "..."
-_TOKEN = re.compile(r"\s*(?:(\.\.\.)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|([()])|(\S))")
+# a digit run glued to a name ("1a") is one bad token: read as "1 a" it was two axes
+_TOKEN = re.compile(r"\s*(?:(\.\.\.)|([A-Za-z_][A-Za-z0-9_]*)|(\d+[A-Za-z_][A-Za-z0-9_]*)|(\d+)"
+                    r"|([()])|(\S))")
 
 
 def _err(pattern: str, pos: int | None, message: str) -> InfiniError:
@@ -63,9 +65,12 @@ def _parse_side(pattern: str, text: str, start: int, is_left: bool) -> tuple[Sid
             break
         pos = m.end()
         at = start + m.start(m.lastindex)
-        ell, ident, num, paren, other = m.groups()
+        ell, ident, glued, num, paren, other = m.groups()
         if other is not None:
             raise _err(pattern, at, f"unexpected character {other!r}")
+        if glued is not None:
+            raise _err(pattern, at, f"{glued!r} is not an axis name (names start with a letter "
+                                    "or '_')")
         if paren == "(":
             if current is not None:
                 raise _err(pattern, at, "nested parentheses are not allowed")

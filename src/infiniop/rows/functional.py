@@ -15,7 +15,6 @@ import numpy as np
 
 from ..dask_arrays import is_dask
 from ..dask_arrays import rows as dask_rows
-from ..dtype import as_dtype
 from ..elementwise.functional import (
     CACHE_SIZE,
     _as_array,
@@ -25,6 +24,7 @@ from ..elementwise.functional import (
     _params_key,
     _same_scalars,
     arity_error,
+    operand_dtype,
 )
 from ..interop import refuse_masked
 from ..layout import broadcast_shape
@@ -149,7 +149,8 @@ def _call_general(spec, args, out, params, key):
             raise InfiniError(Status.BAD_PARAM, f"operand '{o.name}': cannot use {type(a).__name__}")
     use_torch = any(_is_torch(a) for a in arrays + outs if a is not None)
     buffers = list(_arranger(spec, len(arrays))(arrays, outs))
-    sig = spec.match(tuple(None if b is None else as_dtype(b.dtype) for b in buffers))
+    sig = spec.match(tuple(None if b is None else operand_dtype(o.name, b)
+                           for o, b in zip(ops, buffers)))
     rows_in = [b for o, b in zip(ops, buffers) if o.reads and o.kind == "row" and b is not None]
     row_outs = [b for o, b in zip(ops, buffers) if o.writes and o.kind == "row" and b is not None]
     if rows_in:
