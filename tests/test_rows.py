@@ -1658,6 +1658,21 @@ def test_user_defined_row_operator(handle):
                               register=False)(x)
 
 
+def test_a_row_of_negative_zeros_sums_to_negative_zero(handle):
+    """Sums start from -0.0 (rows/spec.py), so a row of -0.0 sums to -0.0 and layer_norm's
+    standardised input x - mean is +0.0. The Triton kernels started from +0.0 + -0.0 = +0.0
+    and their pair tree summed through np.sum under the interpreter (+0.0 again): their
+    z and output were -0.0 where the CPU's are +0.0."""
+    x = np.full((3, 5), -0.0, np.float32)
+    rowsum = infiniop.row_operator("test_negzero_sum", "y:out, s:out:stat, x",
+                                   lambda m, x: (x, m.sum(x)), register=False)
+    y, s = rowsum(x)
+    assert np.signbit(s).all() and np.signbit(y).all()
+    out, z, sd = infiniop.layer_norm(x, np.ones(5, np.float32), None)
+    assert not np.signbit(z).any() and not np.signbit(out).any()
+    assert_exact(sd, np.full(3, np.sqrt(np.float32(1e-5)), np.float32))
+
+
 def test_descriptor_scalars_and_lifetime(handle):
     d = TensorDescriptor(DType.F32, (2, 3))
     w = TensorDescriptor(DType.F32, (3,))

@@ -176,6 +176,11 @@ def _store(dtype: DType, value: str, t: str) -> str:
         return f"f32_to_bf16({v})" if dtype is DType.BF16 else f"({v}).to(tl.float16)"
     if dtype is DType.BOOL:
         return f"({value}).to(tl.uint8)" if t == "bool" else f"(({value}) != 0).to(tl.uint8)"
+    if dtype is DType.U64 and t in ("f32", "f64"):
+        # as the CPU (elementwise_kernels._float_to_u64): [2^63, 2^64) converts directly
+        # (through int64 they all became 2^63), below through int64 (negative values wrap)
+        return (f"tl.where(({value}) >= 9223372036854775808.0, ({value}).to(tl.uint64), "
+                f"({value}).to(tl.int64).to(tl.uint64))")
     if not dtype.is_float and t in ("f32", "f64"):
         value = f"({value}).to(tl.int64)"  # float -> int truncates (defined in the int64 range)
     return f"({value}).to({_TL[POINTER[dtype]]})"

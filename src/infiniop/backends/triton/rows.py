@@ -123,8 +123,11 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
         roots = [r.expr for r in stage]
         for i, r in enumerate(stage):
             k = k0 + i
-            ident = _const(IDENTITY[r.op], r.dtype)
-            e(f"{I}acc{k} = tl.zeros([BR, {lanes}], {codegen._TLT[r.dtype]}) + {ident}")
+            zeros = f"tl.zeros([BR, {lanes}], {codegen._TLT[r.dtype]})"
+            if r.op == "sum":  # -0.0 exactly: +0.0 + -0.0 would be +0.0 (a row of -0.0 sums to -0.0)
+                e(f"{I}acc{k} = neg({zeros})")
+            else:
+                e(f"{I}acc{k} = {zeros} + {_const(IDENTITY[r.op], r.dtype)}")
         chunk_header(I)
         J = I + "    "
         loads(J, _used(roots, p.nelem))
@@ -140,9 +143,6 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
             h = lanes
             while h > 1:
                 h //= 2
-                if r.op == "sum":  # lo + hi == hi + lo bit for bit: any order of the pair will do
-                    e(f"{I}acc{k} = tl.sum(tl.reshape(acc{k}, [BR, 2, {h}]), axis=1)")
-                    continue
                 # maximum(lo, hi) is not symmetric (+-0, NaN payloads): take lo and hi apart
                 # exactly, as integer sums of their bits with zeros, then combine them in order
                 ft, it = codegen._TLT[r.dtype], "tl.int64" if r.dtype == "f64" else "tl.int32"
@@ -150,7 +150,7 @@ def row_source(program, pattern: str, ndim: int, lanes: int, tag: str) -> Kernel
                 for side, name in ((0, "lo"), (1, "hi")):
                     e(f"{I}{name} = tl.sum(tl.where(tl.arange(0, 2).to(tl.int64)[None, :, None] == {side}, "
                       f"bits, 0), axis=1).to({it}).to({ft}, bitcast=True)")
-                e(f"{I}acc{k} = maximum(lo, hi)")
+                e(f"{I}acc{k} = " + ("lo + hi" if r.op == "sum" else "maximum(lo, hi)"))
             e(f"{I}st{k} = tl.reshape(acc{k}, [BR])")
         k0 += len(stage)
 
