@@ -292,3 +292,49 @@ def test_thread_count_ignores_a_numba_import_in_progress(monkeypatch):
     monkeypatch.setitem(sys.modules, "infiniop.backends.cpu.jit", types.ModuleType("jit"))
     assert runtime.num_threads() == runtime._threads
     runtime.set_num_threads(runtime._threads)
+
+
+def test_a_forked_child_gets_the_library_locks_unlocked():
+    """A thread of the parent inside one of the library's locked sections at fork() (a
+    compilation holds native._lock for seconds, a large output memory._pool_lock) does not
+    exist in the child, which inherited the lock held: its first call needing the lock hung for
+    ever (multiprocessing's default start method on Linux is fork). Each lock is fresh in the
+    child now. The parent's threads hold every such lock across the fork here; the child takes
+    each one and computes, in both the compile path and the recycled-buffer path."""
+    import multiprocessing as mp
+
+    from infiniop import _forksafe, memory
+    from infiniop.backends.cpu import native
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with memory._pool_lock, native._lock, codegen._lock, functional._cache_lock:
+            held.set()
+            release.wait(60)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    try:
+        ctx = mp.get_context("fork")
+        with ctx.Pool(1) as pool:
+            got = pool.apply_async(_child_after_fork).get(timeout=120)
+    finally:
+        release.set()
+        t.join()
+    assert got == (len(list(_forksafe._all)) > 0, 2.0, (1 << 23,))
+
+
+def _child_after_fork():
+    from infiniop import _forksafe, memory
+    from infiniop.backends.cpu import native
+
+    for lock in list(_forksafe._all):
+        assert lock.acquire(timeout=10), "a lock stayed held in the child"
+        lock.release()
+    with native._lock, codegen._lock:
+        pass
+    big = memory.empty_aligned((1 << 23,), np.float32)      # 32 MiB: the recycled pool
+    x = np.ones(4, np.float32)
+    return True, float(infiniop.add(x, x)[0]), big.shape

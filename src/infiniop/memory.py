@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 import numpy as np
 
+from . import _forksafe
 from .settings import env_int
 
 ALIGNMENT = 64
@@ -82,7 +82,7 @@ def _numpy_dtype(dtype) -> np.dtype:
 
 
 _pool: dict[int, list[np.ndarray]] = {}  # byte size -> buffers (in use or idle)
-_pool_lock = threading.Lock()
+_pool_lock = _forksafe.Lock()
 _pooled = 0  # bytes of all pooled buffers
 
 

@@ -10,13 +10,13 @@ planning.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from math import copysign
 
 import ml_dtypes
 import numpy as np
 
+from .. import _forksafe
 from ..dask_arrays import elementwise as dask_elementwise
 from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
@@ -30,7 +30,7 @@ _ML_SCALARS = (np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn))
 CACHE_SIZE = 1024  # entries kept per cache (least recently used dropped first)
 _cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shape, out dtype)
 _descriptors: OrderedDict = OrderedDict()  # operand layouts -> descriptor (every array kind)
-_cache_lock = threading.Lock()
+_cache_lock = _forksafe.Lock()
 _handle = None
 # Per operator, its last NumPy call without parameters: (the descriptor's fast path, the first
 # input's shape, the output's shape and dtype). A call with the same layouts runs it without

@@ -13,12 +13,12 @@ This module is data only: the callable operator (descriptor API, functional form
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _forksafe
 from ..dtype import DType
 from ..kernel_cache import sha1
 from ..status import InfiniError, Status
@@ -223,7 +223,7 @@ class ElementwiseSpec:
             raise ValueError(f"{self.name}: no type signature: dtypes is empty and every "
                              "signature uses T")
         object.__setattr__(self, "_programs", {})
-        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_lock", _forksafe.Lock())
         object.__setattr__(self, "_key", None)
 
     @property

@@ -8,11 +8,11 @@ there are several). NumPy arrays or torch tensors in, the same kind out. Descrip
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 
 import numpy as np
 
+from .. import _forksafe
 from ..dask_arrays import is_dask
 from ..dask_arrays import rows as dask_rows
 from ..elementwise.functional import (
@@ -32,7 +32,7 @@ from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
 
 _cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shapes, dtypes)
-_lock = threading.Lock()
+_lock = _forksafe.Lock()
 # Per operator, its last NumPy call: (the scalars, the descriptor's fast path, the first input's
 # shape, the outputs' shapes and dtypes). A call with the same scalars runs that fast path before
 # building a cache key; its launcher checks every layout, dtype and overlap, and anything else

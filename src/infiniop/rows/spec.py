@@ -25,10 +25,10 @@ This module is data only: the callable operator (descriptor API, functional form
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import _forksafe
 from ..elementwise import signature as sigs
 from ..elementwise.expr import Expr, Math, fingerprint, is_float, topo, trace
 from ..elementwise.spec import Operand, Param, Slot, _typed_result, result_bits
@@ -191,7 +191,7 @@ class RowSpec:
             raise ValueError(f"{self.name}: no type signature: dtypes is empty and every "
                              "signature uses T")
         object.__setattr__(self, "_programs", {})
-        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_lock", _forksafe.Lock())
         for o in self.operands:
             if o.kind == "stat" and o.role != "out":
                 raise ValueError(f"{self.name}: operand '{o.name}': 'stat' operands are outputs")

@@ -18,16 +18,15 @@ import importlib.util
 import math
 import re
 import sys
-import threading
 
 import numpy as np
 
-from ... import kernel_cache
+from ... import _forksafe, kernel_cache
 from ...kernel_cache import sha1
 from . import native
 
 GENERATOR_VERSION = "1"
-_lock = threading.Lock()
+_lock = _forksafe.Lock()
 _modules: dict[str, object] = {}
 
 

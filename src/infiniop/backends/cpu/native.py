@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ... import kernel_cache
+from ... import _forksafe, kernel_cache
 from ...kernel_cache import sha1
 from . import runtime
 
@@ -205,7 +205,7 @@ def _check_tbb() -> None:
 
 _runtime: _Runtime | None = None
 _runtime_failed = False
-_lock = threading.RLock()
+_lock = _forksafe.RLock()
 
 
 def _get_runtime() -> _Runtime | None:
