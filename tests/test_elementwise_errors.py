@@ -557,15 +557,14 @@ def test_functional_refuses_numpy_scalars_that_are_not_real_numbers():
 
 
 def test_masked_arrays_are_refused_not_unmasked():
-    """A NumPy masked array was read as its data and the result returned without the mask
-    (NumPy's ufuncs keep it; the Dask path refused masked chunks): BAD_PARAM now, as inputs and
-    as outputs, for the elementwise, row and rearrange front ends and the descriptor API."""
+    """A NumPy masked array input was read as its data and the result returned without the
+    mask (NumPy's ufuncs keep it; the Dask path refused masked chunks): BAD_PARAM now, for the
+    elementwise, row and rearrange front ends and the descriptor API. (As out=, a masked array
+    is written and returned, like any ndarray subclass: test_rows_errors.)"""
     m = np.ma.array([[1.0, 2.0, 3.0]], mask=[[False, True, False]], dtype=np.float32)
     plain = np.ones((1, 3), np.float32)
-    for call in (lambda: infiniop.add(m, m), lambda: infiniop.add(plain, plain, out=m.copy()),
-                 lambda: infiniop.silu(m), lambda: infiniop.softmax(m),
-                 lambda: infiniop.softmax(plain, out=m.copy()), lambda: infiniop.rearrange(m, "a b -> b a"),
-                 lambda: infiniop.copy_(plain.copy(), m)):
+    for call in (lambda: infiniop.add(m, m), lambda: infiniop.silu(m), lambda: infiniop.softmax(m),
+                 lambda: infiniop.rearrange(m, "a b -> b a"), lambda: infiniop.copy_(plain.copy(), m)):
         raises(PARAM, call, match="masked array")
     d = TensorDescriptor(DType.F32, (1, 3))
     desc = infiniop.create_add_descriptor(infiniop.create_handle("cpu"), d, d, d)

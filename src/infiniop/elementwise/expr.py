@@ -187,7 +187,7 @@ def _as_expr(x, like: str) -> Expr:
         return x
     x = _python_number(x)
     t = _number_type(x, like)
-    if type(x) is int and t in WIDTH:
+    if type(x) is int and t in INT:
         bits = WIDTH[t]
         lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if t[0] == "i" else (0, (1 << bits) - 1)
         if not lo <= x <= hi:

@@ -20,7 +20,7 @@ from .. import _forksafe
 from ..dask_arrays import elementwise as dask_elementwise
 from ..dask_arrays import is_dask
 from ..dtype import DType, as_dtype, from_numpy
-from ..interop import _torch, refuse_masked
+from ..interop import _torch
 from ..layout import broadcast_shape, result_order
 from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
@@ -335,9 +335,8 @@ def _call_general(spec, args, out, params, key):
             raise InfiniError(Status.NULL_POINTER, f"operand '{ops[k].name}' is None")
     outs = _out_list(spec, out, out_ops)
     if any(o is not None and type(o) is not np.ndarray and isinstance(o, np.ndarray) for o in outs):
-        # a subclass (memmap...): compute into plain views of it, return what was given
-        for k, o in zip(out_ops, outs):
-            refuse_masked(o, ops[k].name)
+        # a subclass (memmap, a masked array...): compute into plain views of it, return what
+        # was given
         views = [o.view(np.ndarray) if isinstance(o, np.ndarray) else o for o in outs]
         _call_general(spec, args, views if len(views) > 1 else views[0], params, None)
         return out

@@ -47,11 +47,12 @@ def copy_(dst, src):
         if desc is not None:
             # a broadcast src is not laid out as its descriptor (that has dst's shape): its
             # layout is the cache key's, so its memory holds what the descriptor reaches
+            # (src itself stays referenced until the copy is done: an address is not a reference)
+            at = src
             if src.shape != dst.shape:
-                if desc._uview is not None:  # Numba cannot type fp16/bf16/fp8 arrays
-                    src = src.view(desc._uview)
-                src = _descriptor._address_of(src.dtype, src.ndim)(src)
-            desc.calculate(dst, src)
+                view = src if desc._uview is None else src.view(desc._uview)  # Numba cannot
+                at = _descriptor._address_of(view.dtype, view.ndim)(view)     # type fp16/bf16
+            desc.calculate(dst, at)
             return dst
     if is_dask(dst) or is_dask(src):  # dask_arrays.py: checked, then computed into NumPy
         return copy_(dst, computed_source(dst, src))

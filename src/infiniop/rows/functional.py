@@ -26,7 +26,6 @@ from ..elementwise.functional import (
     arity_error,
     operand_dtype,
 )
-from ..interop import refuse_masked
 from ..layout import broadcast_shape
 from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
@@ -140,8 +139,6 @@ def _call_general(spec, args, out, params, key):
     if len(outs) != len(outs_ops):
         raise InfiniError(Status.BAD_PARAM, f"{spec.name} has {len(outs_ops)} output(s)")
     given = outs  # an ndarray subclass (memmap...) is computed into as a plain view, returned
-    for o, a in zip(outs_ops, outs):
-        refuse_masked(a, o.name)
     outs = [a.view(np.ndarray) if isinstance(a, np.ndarray) and type(a) is not np.ndarray else a
             for a in outs]
     for o, a in zip(outs_ops, outs):

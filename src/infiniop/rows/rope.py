@@ -27,7 +27,6 @@ from ..elementwise import signature as sigs
 from ..elementwise.expr import fingerprint, trace
 from ..elementwise.functional import _as_array, _descriptor, _gpu_device, _is_torch
 from ..elementwise.plan import OverlapCheck
-from ..interop import refuse_masked
 from ..kernel_cache import sha1
 from ..layout import Layout, broadcast_strides, check_writable_layout, normalize, overlap, raw_view
 from ..memory import empty_aligned, torch_empty
@@ -307,7 +306,6 @@ def rope(x, pos_ids=REQUIRED, sin_table=REQUIRED, cos_table=REQUIRED, algo: int 
         else:
             out = empty_aligned(x0.shape, x0.dtype)
     given = out  # an ndarray subclass (memmap...) is computed into as a plain view, returned
-    refuse_masked(out, "y")
     if isinstance(out, np.ndarray):
         out = out if type(out) is np.ndarray else out.view(np.ndarray)
     elif not _is_torch(out):
