@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from math import copysign
 
-import ml_dtypes
 import numpy as np
 
 from .. import _forksafe
@@ -26,7 +25,7 @@ from ..memory import empty_aligned, torch_empty
 from ..status import InfiniError, Status
 from ..tensor import TensorDescriptor
 
-_ML_SCALARS = (np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn))
+_ML_SCALARS = ("bfloat16", "float8_e4m3fn")  # ml_dtypes' (not imported for this)
 CACHE_SIZE = 1024  # entries kept per cache (least recently used dropped first)
 _cache: OrderedDict = OrderedDict()  # NumPy call signature -> (descriptor, out shape, out dtype)
 _descriptors: OrderedDict = OrderedDict()  # operand layouts -> descriptor (every array kind)
@@ -307,7 +306,7 @@ def _is_scalar(a) -> bool:
     to the array checks and their BAD_TENSOR_DTYPE."""
     if isinstance(a, bool | int | float):
         return True
-    return isinstance(a, np.generic) and (a.dtype.kind in "biuf" or a.dtype in _ML_SCALARS)
+    return isinstance(a, np.generic) and (a.dtype.kind in "biuf" or a.dtype.name in _ML_SCALARS)
 
 
 def arity_error(spec, names, given: int) -> InfiniError:
