@@ -194,8 +194,8 @@ def call(spec, args, out=None, params=None):
             except KeyError:  # evicted by another thread meanwhile: harmless
                 pass
             desc, shape, npdt, order = hit
-            if out is None:
-                out = _empty(shape, npdt, order)
+            if out is None:  # (the row-major case without the helper's call: the hot path)
+                out = empty_aligned(shape, npdt) if order is None else _empty(shape, npdt, order)
             desc.calculate(None, out, *args)
             _note_last(spec, desc, args, params, shape, npdt, order)
             return out
