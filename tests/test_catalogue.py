@@ -818,6 +818,31 @@ def test_functional_scalar_parameters(handle):
     assert d.params == {"min_val": np.float32(-1.0), "max_val": np.float32(0.5)}
 
 
+def test_create_takes_scalars_in_the_c_order(handle):
+    """create_hardtanh_descriptor(h, y, x, -0.5, 0.5) as InfiniCore's C call orders it (the row
+    operators took their scalars so already; this was "takes 2 tensor descriptors, got 4")."""
+    x2 = descriptors([X8, X8])
+    d = infiniop.create_hardtanh_descriptor(handle, *x2, -0.5, 0.5)
+    assert d.params == {"min_val": np.float32(-0.5), "max_val": np.float32(0.5)}
+    d = infiniop.create_hardtanh_descriptor(handle, *x2, -0.25, max_val=2.0)  # then keywords
+    assert d.params == {"min_val": np.float32(-0.25), "max_val": np.float32(2.0)}
+    x4 = descriptors([X8] * 4)
+    d = infiniop.create_addcmul_descriptor(handle, *x4, 0.5)
+    assert d.params == {"value": np.float32(0.5)}
+    d = infiniop.create_softplus_descriptor(handle, *x2, 2.0, 10.0)
+    assert d.params == {"beta": np.float32(2.0), "threshold": np.float32(10.0)}
+    raises(Status.BAD_PARAM, infiniop.create_hardtanh_descriptor, handle, *x2, -0.5, min_val=0.1,
+           match="hardtanh: 'min_val' given twice")
+    raises(Status.BAD_PARAM, infiniop.create_hardtanh_descriptor, handle, *x2, 1.0, 2.0, 3.0,
+           match="at most 2 scalars (min_val, max_val), got 3 more")
+    raises(Status.BAD_PARAM, infiniop.create_hardtanh_descriptor, handle, *x2, -2.0, -3.0,
+           match="max_val")  # validated as keywords are
+    raises(Status.BAD_PARAM, infiniop.create_hardtanh_descriptor, handle, *x2, x2[0],
+           match="takes 2 tensor descriptors (output, input), got 3")
+    raises(Status.BAD_PARAM, infiniop.create_sub_descriptor, handle, *descriptors([X8] * 3), 1.0,
+           match="takes 3 tensor descriptors")
+
+
 def test_functional_outputs_and_dtypes(handle):
     x16 = X8.astype(np.float16)
     e = infiniop.equal(x16, x16)
@@ -989,7 +1014,9 @@ CREATE_ERRORS = [  # id, operator, descriptors, scalars, status, text the messag
      "4 tensor"),
     # shapes
     ("silu_and_mul-odd", "silu_and_mul", [td((3, 2)), td((3, 5))], {}, SH, "multiple of 2"),
-    ("silu_and_mul-out-mismatch", "silu_and_mul", [td((3, 3)), td((3, 8))], {}, SH, "output"),
+    ("silu_and_mul-out-mismatch", "silu_and_mul", [td((3, 3)), td((3, 8))], {}, SH,
+     "'input': shape (3, 8) is read as 2 parts of shape (3, 4), which cannot broadcast to output "
+     "shape (3, 3)"),  # was "shape (3, 4) cannot broadcast": a shape the caller never passed
     ("silu_and_mul-out-full", "silu_and_mul", [td((3, 8)), td((3, 8))], {}, SH, "output"),
     ("silu_and_mul-0d", "silu_and_mul", [td(()), td(())], {}, SH, "input"),
     ("rotm-param-4", "rotm", [td((5,)), td((5,)), td((4,))], {}, SH, "(5,)"),

@@ -387,7 +387,7 @@ def test_from_numpy_and_torch_reject_unsupported():
 # ---------------------------------------------------------------------------------------------
 
 REFERENCE_DEVICE = {"CPU": 0, "NVIDIA": 1, "CAMBRICON": 2, "ASCEND": 3, "METAX": 4, "MOORE": 5,
-                    "ILUVATAR": 6, "KUNLUN": 7, "HYGON": 8}
+                    "ILUVATAR": 6, "KUNLUN": 7, "HYGON": 8, "QY": 9, "ALI": 10}
 TRITON_DEVICES = {Device.NVIDIA, Device.METAX, Device.MOORE, Device.ILUVATAR, Device.KUNLUN,
                   Device.HYGON}
 HAS_TRITON_BACKEND = importlib.util.find_spec("infiniop.backends.triton") is not None
@@ -423,7 +423,7 @@ def test_create_handle_every_device(dev, spelling):
     if dev is Device.CPU:
         assert create_handle(arg).device is Device.CPU
         return
-    if dev.backend_name is None:  # cambricon, ascend: never a backend
+    if dev.backend_name is None:  # cambricon, ascend, qy, ali: no backend
         e = raises(Status.DEVICE_TYPE_NOT_SUPPORTED, create_handle, arg)
         assert dev.name.lower() in str(e)
         return
@@ -440,7 +440,7 @@ def test_create_handle_every_device(dev, spelling):
         assert h.device is dev
 
 
-@pytest.mark.parametrize("bad", ["gpu", "cuda", "", " cpu", "cpu0", None, 9, -1, 100, True,
+@pytest.mark.parametrize("bad", ["gpu", "cuda", "", " cpu", "cpu0", None, 11, -1, 100, True,
                                  1.0, object(), b"cpu"])
 def test_create_handle_bad_device(bad):
     raises(Status.BAD_PARAM, create_handle, bad)

@@ -23,6 +23,8 @@ class Device(IntEnum):
     ILUVATAR = 6
     KUNLUN = 7
     HYGON = 8
+    QY = 9    # CUDA-like (InfiniCore builds its NVIDIA kernels for them); no backend here yet
+    ALI = 10
 
     @property
     def backend_name(self) -> str | None:

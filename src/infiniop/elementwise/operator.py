@@ -13,18 +13,36 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from ..dtype import DType
+from ..tensor import TensorDescriptor
 from . import signature as sigs
 from .descriptor import ElementwiseDescriptor
 from .functional import _last_call, call
-from .spec import NUMERIC, REGISTRY, ElementwiseSpec, Operand, Param, dtype_set, parse_operands
+from .spec import (
+    NUMERIC,
+    REGISTRY,
+    ElementwiseSpec,
+    Operand,
+    Param,
+    dtype_set,
+    parse_operands,
+    positional_scalars,
+)
 
 
 class ElementwiseOperator(ElementwiseSpec):
     """An elementwise operator: call it on arrays, or create descriptors from it."""
 
-    def create_descriptor(self, handle, *descs, **params):
-        """Validate and plan a call; see :class:`ElementwiseDescriptor`."""
-        return ElementwiseDescriptor(handle, self, descs, params)
+    def create_descriptor(self, handle, *args, **params):
+        """Validate and plan a call: ``(handle, *tensor_descriptors, *scalars)`` in the C API's
+        order, as the row operators take them; scalars may also be keywords. See
+        :class:`ElementwiseDescriptor`."""
+        n = len(self.operands)
+        extra = args[n:]
+        if extra and self.params and not any(isinstance(a, TensorDescriptor) for a in extra):
+            params = positional_scalars(self.name, n, tuple(p.name for p in self.params),
+                                        extra, params)
+            args = args[:n]
+        return ElementwiseDescriptor(handle, self, args, params)
 
     def __call__(self, *arrays, out=None, **params):
         """Functional form on arrays: broadcasts like NumPy, returns the input's array kind."""

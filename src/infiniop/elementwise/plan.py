@@ -74,7 +74,14 @@ def plan(spec: ElementwiseSpec, descs: tuple, params: dict) -> ElementwiseInfo:
     views = {k: ops[k].view(d) for k, d in enumerate(descs) if d is not None}
     read = [(k, v) for k, o in enumerate(ops) if o.reads and present[k] for v in views[k]]
     for k, (vd, _) in read:  # first a precise message: which operand does not fit
-        broadcast_strides(vd, shape, names[k])
+        try:
+            broadcast_strides(vd, shape, names[k])
+        except InfiniError:
+            if len(views[k]) == 1:
+                raise
+            raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{names[k]}': shape "
+                              f"{descs[k].shape} is read as {len(views[k])} parts of shape "
+                              f"{vd.shape}, which cannot broadcast to output shape {shape}") from None
     expected = broadcast_shape([vd.shape for _, (vd, _) in read], [names[k] for k, _ in read])
     if read and expected != shape:
         raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{names[written[0]]}': shape "

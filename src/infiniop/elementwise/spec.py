@@ -199,6 +199,23 @@ class Program:
         return [s.dtype for s in self.slots]
 
 
+def positional_scalars(op: str, ndescs: int, names: tuple[str, ...], args: tuple,
+                       given: dict) -> dict:
+    """Keyword parameters from the scalars given after the tensor descriptors, in the C API's
+    order (``create_hardtanh_descriptor(h, y, x, -1.0, 1.0)``), merged with the keywords;
+    too many, or one given both ways, is BAD_PARAM."""
+    if len(args) > len(names):
+        raise InfiniError(Status.BAD_PARAM, f"{op} takes {ndescs} tensor descriptors and at most "
+                          f"{len(names)} scalars ({', '.join(names) or 'none'}), got "
+                          f"{len(args)} more arguments")
+    given = dict(given)
+    for name, v in zip(names, args):
+        if name in given:
+            raise InfiniError(Status.BAD_PARAM, f"{op}: '{name}' given twice")
+        given[name] = v
+    return given
+
+
 # ------------------------------------------------------------------------------------ spec
 
 @dataclass(frozen=True, eq=False)

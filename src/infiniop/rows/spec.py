@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from .. import _forksafe
 from ..elementwise import signature as sigs
 from ..elementwise.expr import Expr, Math, fingerprint, is_float, topo, trace
-from ..elementwise.spec import Operand, Param, Slot, _typed_result, result_bits
+from ..elementwise.spec import Operand, Param, Slot, _typed_result, positional_scalars, result_bits
 from ..kernel_cache import sha1
 from ..status import InfiniError, Status
 
@@ -228,15 +228,7 @@ class RowSpec:
         """(kernel parameter values, axis or None) from positional scalars (C order) and
         keywords; unknown or doubly given ones are BAD_PARAM."""
         names = self.scalars
-        if len(args) > len(names):
-            raise InfiniError(Status.BAD_PARAM, f"{self.name} takes {len(self.operands)} tensor "
-                              f"descriptors and at most {len(names)} scalars "
-                              f"({', '.join(names) or 'none'}), got {len(args)} more arguments")
-        given = dict(given)
-        for name, v in zip(names, args):
-            if name in given:
-                raise InfiniError(Status.BAD_PARAM, f"{self.name}: '{name}' given twice")
-            given[name] = v
+        given = positional_scalars(self.name, len(self.operands), names, args, given)
         unknown = set(given) - set(names)
         if unknown:
             raise InfiniError(Status.BAD_PARAM, f"{self.name}: unknown parameter(s) "
