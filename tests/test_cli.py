@@ -36,7 +36,7 @@ def test_info_groups_devices_that_fail_for_the_same_reason(capsys):
     assert len(reasons) == len(set(reasons)), device_lines  # each reason once
     named = [n for x in device_lines for n in re.match(r"\s+([a-z]+(?:, [a-z]+)*)", x)[1].split(", ")]
     assert sorted(named) == sorted(d.name.lower() for d in Device)  # each device named once
-    grouped = "  cambricon, ascend: DEVICE_TYPE_NOT_SUPPORTED: device <device> has no backend"
+    grouped = "  cambricon, ascend, qy, ali: DEVICE_TYPE_NOT_SUPPORTED: device <device> has no backend"
     assert grouped in "\n".join(lines)
 
 
