@@ -389,6 +389,83 @@ def test_row_operator_and_rope_errors_on_dask_arrays_when_the_graph_is_built():
     raises(Status.BAD_PARAM, infiniop.rope, xr, np.zeros(9, np.int32), s, match="takes 4 operands")
 
 
+def test_operators_of_one_name_do_not_share_graph_keys():
+    """Dask computes a key once: two operators of one name (a notebook cell re-run with a fixed
+    body), a default parameter changed, or an optional operand left out in another place got
+    one key, and one graph handed the first one's blocks to the second."""
+    x = np.array([[1.0, 2.0, 6.0], [0.0, 0.0, 3.0]], np.float32)
+    X = chunked(x, 1)
+    center_max = infiniop.row_operator("dask_center", "y:out, x", lambda m, x: x - m.max(x))
+    center_mean = infiniop.row_operator("dask_center", "y:out, x", lambda m, x: x - m.mean(x))
+    a, b = da.compute(center_max(X), center_mean(X))
+    assert_exact(a, center_max(x))
+    assert_exact(b, center_mean(x))  # was center_max's values
+    aff = infiniop.row_operator("dask_affine", "y:out, x, w?:col, b?:col",
+                                lambda m, x, w, b: (x if w is None else x * w) + (0.0 if b is None else b))
+    v = np.array([10.0, 20.0, 30.0], np.float32)
+    scaled, shifted = da.compute(aff(X, v), aff(X, None, v))
+    assert_exact(scaled, x * v)
+    assert_exact(shifted, x + v)
+    double, triple = (infiniop.elementwise("dask_scale", ("x",), infiniop.FLOATS,
+                                           lambda m, x, s: x * s, register=False,
+                                           params=(Param("s", "f32", k),)) for k in (2.0, 3.0))
+    y = np.arange(4, dtype=np.float32)
+    got = da.compute(double(chunked(y, 2)), triple(chunked(y, 2)), triple(chunked(y, 2), s=2.0))
+    assert_exact(got[0], y * 2)
+    assert_exact(got[1], y * 3)  # was y * 2
+    assert_exact(got[2], y * 2)
+    assert triple(chunked(y, 2)).name == triple(chunked(y, 2), s=3.0).name  # a default is its value
+    assert infiniop.sub(X, X).name == infiniop.sub(X, X).name  # keys stay deterministic
+
+
+def test_shape_errors_of_in_place_and_split_operands_when_the_graph_is_built():
+    """An operand updated in place is an output: NumPy refuses to broadcast it, and so does the
+    graph (swap's x (1, 6) came back (4, 6)); silu_and_mul's odd last dim was a graph of shape
+    (3, 2) that failed only at compute."""
+    x, y = values((1, 6), np.float32), values((4, 6), np.float32)
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.swap, x.copy(), y.copy())  # NumPy's answer
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.swap, chunked(x, 1), chunked(y, 1),
+           match="operand 'x' is updated in place but has shape (1, 6)")
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.axpy, np.float32(2), chunked(y, 1), chunked(x, 1),
+           match="operand 'y' is updated in place but has shape (1, 6)")
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.silu_and_mul, chunked(values((3, 5), np.float32), 2),
+           match="last dim of shape (3, 5) must be a multiple of 2")
+
+
+def test_rope_pos_ids_broadcast_as_with_numpy():
+    """pos_ids broadcast against x.shape[:-2] (README): (batch, seq), (batch, 1), 0-d."""
+    x = values((2, 4, 3, 8), np.float32)
+    ang = RNG.standard_normal((16, 4))
+    sin, cos = np.sin(ang).astype(np.float32), np.cos(ang).astype(np.float32)
+    for pos in (RNG.integers(0, 16, (2, 4)), RNG.integers(0, 16, (2, 1)),
+                RNG.integers(0, 16, (1, 4)), np.int64(5)):
+        pos = np.asarray(pos, np.int64)
+        want = infiniop.rope(x, pos, sin, cos, algo=1)
+        for ps in (pos, chunked(pos, 1) if pos.ndim else pos):
+            assert_exact(infiniop.rope(chunked(x, (1, 3, 3, 8)), ps, sin, cos, algo=1).compute(),
+                         want)
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.rope, chunked(x, 2), np.zeros((3, 4), np.int64),
+           sin, cos, match="operand 'pos_ids': shape (3, 4) cannot broadcast to output shape (2, 4)")
+
+
+def test_dask_refusals_name_their_operand_as_numpy_ones_do():
+    a = values((2, 3), np.float32)
+    X = chunked(a, 1)
+    for call in (lambda o: infiniop.softmax(a, out=o), lambda o: infiniop.sub(a, a, out=o)):
+        raises(Status.BAD_PARAM, call, X, match="out=: Dask arrays are immutable")
+    x3 = values((2, 3, 2), np.float32)
+    t = np.zeros((4, 1), np.float32)
+    raises(Status.BAD_PARAM, infiniop.rope, x3, np.zeros(2, np.int32), t, t,
+           out=chunked(x3, 1), match="rope: out=: Dask arrays are immutable")
+    raises(Status.BAD_TENSOR_SHAPE, infiniop.copy_, np.empty((2, 4), np.float32), X,
+           match="operand 'src': shape (2, 3) cannot broadcast to output shape (2, 4)")
+    for bad in (np.complex64, ">f4"):  # refused when the graph is built, as a NumPy x is
+        c = chunked(np.zeros((2, 3), bad), 1)
+        raises(Status.BAD_TENSOR_DTYPE, infiniop.rearrange, c, "a b -> b a", match="operand 'x'")
+        raises(Status.BAD_TENSOR_DTYPE, infiniop.copy_, np.zeros((2, 3), np.float32), c,
+               match="operand 'src'")
+
+
 # ---------------------------------------------------------------------------------------------
 # rearrange and copy_
 # ---------------------------------------------------------------------------------------------

@@ -17,12 +17,14 @@ Dask is optional: ``pip install 'infiniop[dask]'``.
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable
 from functools import partial
 from math import prod
 
 import numpy as np
 
+from .kernel_cache import sha1
 from .layout import broadcast_shape
 from .status import InfiniError, Status
 
@@ -59,6 +61,13 @@ def _check_numpy_chunks(x, name: str) -> None:
                           "device handle inside map_blocks)")
 
 
+def _check_dtype(x, name: str) -> None:
+    """The dtype check a NumPy operand gets (same status and message), before any block runs."""
+    from .interop import inspect_buffer
+
+    inspect_buffer(np.empty(0, x.dtype), name)
+
+
 def _immutable(what: str) -> InfiniError:
     return InfiniError(Status.BAD_PARAM, f"{what}: Dask arrays are immutable, so there is no "
                                          "output to write into; use the returned array "
@@ -68,6 +77,25 @@ def _immutable(what: str) -> InfiniError:
 # ---------------------------------------------------------------------------------------------
 # Elementwise operators
 # ---------------------------------------------------------------------------------------------
+
+
+_COMPUTES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def computes(spec, absent: frozenset[str] = frozenset()) -> str:
+    """What an operator computes, for its graph keys: its name and a digest of its traced
+    bodies over every signature (the operands named in ``absent`` left out). Two operators of
+    one name (a user's, redefined in a notebook) must not share keys: Dask would hand one's
+    blocks to the other. Parameters are keyed by their values, defaults filled in, by the
+    callers."""
+    known = _COMPUTES.setdefault(spec, {})
+    if absent not in known:
+        present = tuple(o.name not in absent for o in spec.operands)
+        h = sha1()
+        for sig in spec.signatures:
+            h.update(spec.program(sig, present).key.encode())
+        known[absent] = f"{spec.name}-{h.hexdigest()}"
+    return known[absent]
 
 
 def elementwise(spec, args, out=None, kwargs=None):
@@ -117,6 +145,16 @@ def elementwise(spec, args, out=None, kwargs=None):
     # as for NumPy arrays, and tells the output dtypes (one array, or a tuple for several outputs).
     result = spec(*[s.copy() if isinstance(s, np.ndarray) else s for s in stand_ins], **kwargs)
     shape = broadcast_shape(shapes, [n for n, a in zip(names, operands) if isinstance(a, da.Array)])
+    for k, (name, a) in enumerate(zip(names, operands)):
+        o = ops[k] if k < len(ops) else None
+        if o is None or not isinstance(a, da.Array):
+            continue
+        if o.role == "inout" and tuple(a.shape) != shape:  # updated in place: never broadcast
+            raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{name}' is updated in place but "
+                              f"has shape {tuple(a.shape)}; the operands broadcast to {shape}")
+        if o.views is not None and o.views[0] is split_last and a.shape[-1] % o.views[1]:
+            raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand '{name}': last dim of shape "
+                              f"{tuple(a.shape)} must be a multiple of {o.views[1]}")
     nd = len(shape)
     pairs, adjust, extra = [], {}, nd
     for k, a in enumerate(operands):
@@ -132,7 +170,8 @@ def elementwise(spec, args, out=None, kwargs=None):
                 adjust[nd - 1] = tuple(c // views[1] for c in a.chunks[-1])
     outs = result if isinstance(result, tuple) else (result,)
     out_metas = [meta_from_array(metas[0], ndim=nd, dtype=r.dtype) for r in outs]
-    token = tokenize(spec.name, getattr(spec, "key", None), sorted(kwargs.items()), *operands)
+    absent = frozenset(o.name for o, a in zip(ops, operands) if a is None)
+    token = tokenize(computes(spec, absent), spec.param_values(kwargs), *operands)
     single = (len(outs) == 1 and sum(o.role == "out" for o in spec.operands) == 1
               and not any(o.views for o in spec.operands))
     into = outs[0].dtype if single else None
@@ -250,7 +289,8 @@ def rows(spec, args, out=None, params=None):
         else:  # a column operand: the axis's label, one chunk
             pairs += [_whole(a, range(a.ndim)), (a_,) if a.ndim == 1 else tuple(range(nd - a.ndim, nd))]
     meta = meta_from_array(row_ops[0]._meta, ndim=nd, dtype=results[0].dtype)
-    token = tokenize(spec.name, sorted(params.items()), *[a for a in ops if a is not None])
+    absent = frozenset(o.name for o, a in zip(ins, ops) if a is None)
+    token = tokenize(computes(spec, absent), spec.scalar_values((), params), *ops)
     blocks = da.blockwise(partial(_row_block, spec, params, len(ins)), tuple(range(nd)), *pairs,
                           name=f"{spec.name}-{token}", meta=meta, concatenate=True,
                           align_arrays=True)
@@ -291,21 +331,25 @@ def rope(x, pos_ids, sin_table, cos_table, algo, per_block: Callable):
     if nd < 3:
         raise InfiniError(Status.BAD_TENSOR_SHAPE, f"rope: operand 'x' has shape {x.shape}; "
                                                    "expected [..., seq, nhead, dh]")
-    seq = x.shape[-3]
-    if pos.ndim != 1 or pos.shape[0] not in (1, seq):
+    lead = tuple(x.shape[:-2])
+    try:
+        fits = pos.ndim <= len(lead) and np.broadcast_shapes(lead, tuple(pos.shape)) == lead
+    except ValueError:
+        fits = False
+    if not fits:
         raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand 'pos_ids': shape {pos.shape} cannot "
-                                                   f"broadcast to output shape ({seq},)")
+                                                   f"broadcast to output shape {lead}")
     # dtypes, algo, head dim, table width: checked by the NumPy path on one position
-    per_block(np.zeros((1,) * (nd - 2) + tuple(x.shape[-2:]), x.dtype), np.zeros(1, pos.dtype),
+    per_block(np.zeros((1,) * (nd - 2) + tuple(x.shape[-2:]), x.dtype),
+              np.zeros((1,) * pos.ndim, pos.dtype),
               np.zeros(sin.shape, sin.dtype), np.zeros(cos.shape, cos.dtype), algo=algo)
     x = _whole(x, [nd - 2, nd - 1])
-    if pos.shape[0] != seq:
-        pos = da.broadcast_to(pos, (seq,))
-    pos = pos.rechunk({0: x.chunks[nd - 3]})
+    pos_ind = tuple(range(nd - 2 - pos.ndim, nd - 2))  # pos_ids' dims are x's leading ones
+    pos = pos.rechunk({i: x.chunks[d] if pos.shape[i] != 1 else -1 for i, d in enumerate(pos_ind)})
     sin, cos = _whole(sin, range(sin.ndim)), _whole(cos, range(cos.ndim))
     token = tokenize("rope", algo, x, pos, sin, cos)
     return da.blockwise(partial(_rope_block, per_block, algo), tuple(range(nd)),
-                        x, tuple(range(nd)), pos, (nd - 3,), sin, (nd, nd + 1), cos, (nd, nd + 1),
+                        x, tuple(range(nd)), pos, pos_ind, sin, (nd, nd + 1), cos, (nd, nd + 1),
                         name=f"rope-{token}", concatenate=True,
                         meta=meta_from_array(x._meta, ndim=nd, dtype=x.dtype))
 
@@ -335,6 +379,7 @@ def rearrange(x, pattern: str, axis_sizes: dict, per_block: Callable):
     pat = parse(pattern)
     _check_known(x, "x")
     _check_numpy_chunks(x, "x")
+    _check_dtype(x, "x")
     size, dims, ell = resolve(pat, tuple(x.shape), axis_sizes)
     out_axes = []  # per output dim: the axes merged into it, in order ("1" dropped)
     for group, merged in zip(pat.right.groups, pat.right.bracketed):
@@ -419,6 +464,7 @@ def computed_source(dst, src) -> np.ndarray:
         raise InfiniError(Status.BAD_PARAM, f"operand 'src': cannot use {type(src).__name__}")
     _check_known(src, "src")
     _check_numpy_chunks(src, "src")
+    _check_dtype(src, "src")
     d = inspect_buffer(dst, "dst")
     if d.trusted:
         raise InfiniError(Status.BAD_PARAM, "copy_ needs arrays or tensors; for raw addresses use "
@@ -426,9 +472,13 @@ def computed_source(dst, src) -> np.ndarray:
     if as_dtype(src.dtype) is not d.dtype:  # checked before computing anything
         raise InfiniError(Status.BAD_TENSOR_DTYPE, f"operand 'src' is {as_dtype(src.dtype)} but "
                                                    f"'dst' is {d.dtype}; copy_ does not convert")
-    if broadcast_shape([d.shape, tuple(src.shape)], ["dst", "src"]) != d.shape:
-        raise InfiniError(Status.BAD_TENSOR_SHAPE,
-                          f"operand 'src': shape {src.shape} cannot broadcast to {d.shape}")
+    try:
+        fits = broadcast_shape([d.shape, tuple(src.shape)], ["dst", "src"]) == d.shape
+    except InfiniError:
+        fits = False
+    if not fits:  # the message a NumPy src gets
+        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand 'src': shape {tuple(src.shape)} "
+                                                   f"cannot broadcast to output shape {d.shape}")
     if d.readonly:
         raise InfiniError(Status.BAD_PARAM, "operand 'dst': output buffer is read-only")
     return np.asarray(src.compute())

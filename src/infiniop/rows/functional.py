@@ -113,7 +113,8 @@ def _arranger(spec, nargs: int):
 
 
 def _call_general(spec, args, out, params, key):
-    if any(is_dask(a) for a in args):
+    if any(is_dask(a) for a in args) or any(is_dask(o) for o in
+                                            (out if isinstance(out, tuple | list) else (out,))):
         return dask_rows(spec, args, out, params)  # a lazy graph (dask_arrays.py)
     ops = spec.operands
     ins = [o for o in ops if o.reads]

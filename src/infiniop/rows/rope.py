@@ -294,7 +294,7 @@ def rope(x, pos_ids=REQUIRED, sin_table=REQUIRED, cos_table=REQUIRED, algo: int 
     if any(a is REQUIRED for a in given):
         raise InfiniError(Status.BAD_PARAM, f"rope takes 4 operands ({', '.join(NAMES[1:])}), got "
                           f"{sum(a is not REQUIRED for a in given)}")
-    if any(is_dask(a) for a in given):
+    if any(is_dask(a) for a in (*given, out)):
         if out is not None:
             raise dask_immutable("rope: out=")
         return dask_rope(x, pos_ids, sin_table, cos_table, algo, rope)
