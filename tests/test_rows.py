@@ -1823,3 +1823,39 @@ def test_functional_output_dtype_does_not_follow_the_last_out():
     assert again.dtype == np.float16 and np.array_equal(again.view(np.uint16), want.view(np.uint16))
     again = infiniop.logsoftmax(x)  # the shortcut armed by an allocating call still allocates fp16
     assert again.dtype == np.float16
+
+
+LONG_ROW_SCRIPT = r"""
+import resource, sys
+import numpy as np, infiniop
+n = 1 << 24                                   # one float32 row of 64 MiB
+x = np.linspace(-3, 3, n, dtype=np.float32).reshape(1, n)
+y = np.empty_like(x)
+import numba  # noqa: F401  (loaded before the limit: the kernels may need it to compile)
+for rows in (64, 2):  # every kernel these calls take compiled (or loaded), before the limit
+    warm = np.zeros((rows, (1 << 22) // rows), np.float32)
+    infiniop.softmax(warm, out=warm)
+    infiniop.logsoftmax(warm, out=warm)
+del warm
+with open("/proc/self/status") as f:
+    mapped = next(int(v.split()[1]) * 1024 for v in f if v.startswith("VmSize:"))
+room = mapped + (100 << 20)                   # one cached row fits, two do not
+resource.setrlimit(resource.RLIMIT_AS, (room, room))
+infiniop.softmax(x, out=y)
+assert abs(float(y.sum(dtype=np.float64)) - 1) < 1e-3, y.sum()
+infiniop.logsoftmax(x, out=y)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(IN_TRITON or not os.path.exists("/proc/self/status"),
+                    reason="CPU kernels' scratch; Linux address-space limit")
+def test_a_long_softmax_row_keeps_one_scratch_row():
+    """softmax / logsoftmax keep a row's exps in a scratch row; rows deferred to the next row's
+    exp pass keep two, which a long row does not gain from: one row of 2^28 float32 needed 2 GiB
+    beside its operands and failed with Numba's bare MemoryError under a tight limit."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", LONG_ROW_SCRIPT], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

@@ -77,6 +77,10 @@ _PAIR_BLOCK = 64
 # but (8192, 2048) +1.5 to +3.4% (AMD EPYC Zen 4, same process, same bits; a C probe of the
 # same loops gained nothing at 2048 either)
 _DEFER_MIN = 4
+# and at most this many elements: two scratch rows of float32 exps are kept for a deferred row
+# (512 KiB here, an L2); a longer row gains nothing from the cache and took a hidden scratch of
+# twice its length (a (1, 2^28) float32 softmax needed 2 GiB beside its operands)
+_DEFER_MAX = 1 << 16
 _CHECKED_ROWS = 8  # rows a call needs before it checks its column operands (columns_finite)
 # the dtypes the row loops of intrinsics.py read, and their names' tags (row_max_f16, ...)
 _ROW_TAG = {DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16"}
@@ -268,8 +272,8 @@ class _Gen:
             self.e(f"{indent}acc{k} = np.empty({shape.format(lanes=lanes)}, {NP[r.dtype]})")
         c = self.p.cached
         if c is not None:
-            if self.defer:
-                cache_shape = f"2 * {cache_shape}"
+            if self.defer:  # two rows where rows may be deferred (see _DEFER_MAX)
+                cache_shape = f"(2 if n <= {_DEFER_MAX} else 1) * {cache_shape}"
             self.e(f"{indent}cache = np.empty({cache_shape}, {NP[c.dtype]})")
             # stored and read through a pointer: ``cache[j]`` with j = c0 + l, which the
             # compiler cannot prove >= 0, would wrap negative indices and turn vector loads and
@@ -353,7 +357,7 @@ class _Gen:
             e(f"{I}lv = lp")
         names = self.names("st{k}", "pcache[j]")
         if self.defer and p.cached is not None:  # this row's half of the two scratch rows
-            e(f"{I}pcache = address_as_pointer(cbase + (r & 1) * max(n, 1) * "
+            e(f"{I}pcache = address_as_pointer(cbase + (r & 1 if n <= {_DEFER_MAX} else 0) * max(n, 1) * "
               f"{DTYPE_BYTES[p.cached.dtype]}, {NP[p.cached.dtype]})")
         k0 = 0
         for s, stage in enumerate(p.stages):
@@ -946,7 +950,7 @@ class _Gen:
             S = I + "    "
             if self.defer:  # stored during the next row's exp pass (see deferral)
                 d = self.defer
-                cond = f"head == 0 and r + 1 < r1 and v >= {_DEFER_MIN} * lp"
+                cond = f"head == 0 and r + 1 < r1 and {_DEFER_MIN} * lp <= v <= {_DEFER_MAX}"
                 if d.inputs:  # not where the deferred loop's stores alias its loads
                     cond += f" and not ({self.aliasing_risk(outs_j)})"
                 e(f"{S}if {cond}:")
