@@ -919,8 +919,15 @@ def test_functional_blas_updates_in_place():
 def test_functional_dequant_dtype_and_optional_zero():
     q = np.array([[-128, -1, 0], [1, 64, 127]], np.int8)
     scale, zero = np.array([0.5], np.float32), np.array([1.0], np.float32)
-    raises(Status.BAD_PARAM, infiniop.per_tensor_dequant_int8, q, scale, match="pass out=")
+    raises(Status.BAD_PARAM, infiniop.per_tensor_dequant_int8, q, scale,
+           match="is ambiguous (float16, float32, bfloat16); pass dtype= or out=")
     for dt in (np.float16, ml_dtypes.bfloat16, np.float32):
+        got = infiniop.per_tensor_dequant_int8(q, scale, dtype=dt)  # NumPy's ufunc keyword
+        assert got.dtype == dt
+        assert_exact(got, (q.astype(np.float32) * scale).astype(dt))
+        assert infiniop.per_tensor_dequant_int8(q, scale, dtype=dt).dtype == dt  # cached path
+        raises(Status.BAD_PARAM, infiniop.per_tensor_dequant_int8, q, scale,
+               match="ambiguous")  # the calls before did not decide it for this one
         out = np.empty(q.shape, dt)
         assert infiniop.per_tensor_dequant_int8(q, scale, out=out) is out
         assert_exact(out, (q.astype(np.float32) * scale).astype(dt))
@@ -928,6 +935,15 @@ def test_functional_dequant_dtype_and_optional_zero():
         assert_exact(out, (q.astype(np.float32) * scale).astype(dt))
         infiniop.per_tensor_dequant_int8(q, scale, zero, out=out)
         assert_exact(out, ((q.astype(np.float32) - zero) * scale).astype(dt))
+        assert infiniop.per_tensor_dequant_int8(q, scale, out=out, dtype=dt) is out
+    raises(Status.BAD_PARAM, infiniop.per_tensor_dequant_int8, q, scale,
+           out=np.empty(q.shape, np.float32), dtype=np.float16,
+           match="dtype=float16 but out= operand")
+    raises(Status.BAD_PARAM, infiniop.per_tensor_dequant_int8, q, scale, dtype="f17",
+           match="dtype='f17' is not a dtype")
+    x = np.ones(3, np.float16)
+    assert infiniop.sub(x, x, dtype=np.float16).dtype == np.float16
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.sub, x, x, dtype=np.float32)  # no promotion
 
 
 # ---------------------------------------------------------------------------------------------

@@ -448,6 +448,22 @@ def test_rope_pos_ids_broadcast_as_with_numpy():
            sin, cos, match="operand 'pos_ids': shape (3, 4) cannot broadcast to output shape (2, 4)")
 
 
+def test_output_dtypes_chosen_by_dtype_keyword():
+    """Dask arrays take no out=, so the signatures only out= chose (dequant to f16/bf16/f32,
+    logsoftmax fp16 -> float32) were out of reach: dtype= (NumPy's ufunc keyword) reaches them."""
+    q = RNG.integers(-128, 128, (6, 5)).astype(np.int8)
+    scale = np.array([0.25], np.float32)
+    for dt in (np.float16, BF16, np.float32):
+        got = infiniop.per_tensor_dequant_int8(chunked(q, 2), scale, dtype=dt)
+        assert got.dtype == dt
+        assert_exact(got.compute(), infiniop.per_tensor_dequant_int8(q, scale, out=np.empty(q.shape, dt)))
+    x = values((4, 8), np.float16)
+    got = infiniop.logsoftmax(chunked(x, 2), dtype=np.float32)
+    assert got.dtype == np.float32
+    assert_exact(got.compute(), infiniop.logsoftmax(x, out=np.empty(x.shape, np.float32)))
+    assert infiniop.logsoftmax(chunked(x, 2)).name != got.name  # the dtype is in the key
+
+
 def test_dask_refusals_name_their_operand_as_numpy_ones_do():
     a = values((2, 3), np.float32)
     X = chunked(a, 1)

@@ -1823,6 +1823,13 @@ def test_functional_output_dtype_does_not_follow_the_last_out():
     assert again.dtype == np.float16 and np.array_equal(again.view(np.uint16), want.view(np.uint16))
     again = infiniop.logsoftmax(x)  # the shortcut armed by an allocating call still allocates fp16
     assert again.dtype == np.float16
+    for _ in range(2):  # dtype= (NumPy's ufunc keyword) allocates the wider output; twice: cached
+        wide2 = infiniop.logsoftmax(x, dtype=np.float32)
+        assert wide2.dtype == np.float32 and np.array_equal(wide2, wide)
+    assert infiniop.logsoftmax(x).dtype == np.float16  # dtype= armed no shortcut for other calls
+    raises(Status.BAD_PARAM, infiniop.logsoftmax, x, dtype=np.float32,
+           out=np.empty((3, 8), np.float16), match="dtype=float32 but out= operand 'output'")
+    raises(Status.BAD_TENSOR_DTYPE, infiniop.softmax, x, dtype=np.float32)  # no such signature
 
 
 LONG_ROW_SCRIPT = r"""

@@ -107,6 +107,7 @@ def elementwise(spec, args, out=None, kwargs=None):
     from dask.array.utils import meta_from_array
     from dask.base import tokenize
 
+    from .elementwise.functional import split_dtype
     from .elementwise.spec import split_last
 
     kwargs = dict(kwargs or {})
@@ -171,7 +172,8 @@ def elementwise(spec, args, out=None, kwargs=None):
     outs = result if isinstance(result, tuple) else (result,)
     out_metas = [meta_from_array(metas[0], ndim=nd, dtype=r.dtype) for r in outs]
     absent = frozenset(o.name for o, a in zip(ops, operands) if a is None)
-    token = tokenize(computes(spec, absent), spec.param_values(kwargs), *operands)
+    rest, want = split_dtype(spec, kwargs)
+    token = tokenize(computes(spec, absent), spec.param_values(rest), want, *operands)
     single = (len(outs) == 1 and sum(o.role == "out" for o in spec.operands) == 1
               and not any(o.views for o in spec.operands))
     into = outs[0].dtype if single else None
@@ -245,6 +247,8 @@ def rows(spec, args, out=None, params=None):
     from dask.array.utils import meta_from_array
     from dask.base import tokenize
 
+    from .elementwise.functional import split_dtype
+
     params = dict(params or {})
     if out is not None:
         raise _immutable(f"{spec.name}: out=")
@@ -290,7 +294,8 @@ def rows(spec, args, out=None, params=None):
             pairs += [_whole(a, range(a.ndim)), (a_,) if a.ndim == 1 else tuple(range(nd - a.ndim, nd))]
     meta = meta_from_array(row_ops[0]._meta, ndim=nd, dtype=results[0].dtype)
     absent = frozenset(o.name for o, a in zip(ins, ops) if a is None)
-    token = tokenize(computes(spec, absent), spec.scalar_values((), params), *ops)
+    rest, want = split_dtype(spec, params)
+    token = tokenize(computes(spec, absent), spec.scalar_values((), rest), want, *ops)
     blocks = da.blockwise(partial(_row_block, spec, params, len(ins)), tuple(range(nd)), *pairs,
                           name=f"{spec.name}-{token}", meta=meta, concatenate=True,
                           align_arrays=True)

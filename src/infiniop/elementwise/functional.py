@@ -318,10 +318,46 @@ def arity_error(spec, names, given: int) -> InfiniError:
                                          f"({', '.join(names)}), got {given}{hint}")
 
 
+def split_dtype(spec, params: dict) -> tuple[dict, DType | None]:
+    """``dtype=`` (NumPy's ufunc keyword) taken out of the keywords: the dtype of the outputs a
+    call allocates, where the inputs leave it open (per_tensor_dequant_int8's f16/bf16/f32,
+    logsoftmax's float16 -> float32), so that Dask arrays, which take no out=, reach every
+    signature too. An operator with a parameter named ``dtype`` keeps its own meaning."""
+    if "dtype" not in params or any(p.name == "dtype" for p in spec.params):
+        return params, None
+    rest = dict(params)
+    want = rest.pop("dtype")
+    if want is None:
+        return rest, None
+    try:
+        return rest, as_dtype(want)
+    except (InfiniError, TypeError, ValueError):
+        raise InfiniError(Status.BAD_PARAM, f"{spec.name}: dtype={want!r} is not a dtype "
+                          "infiniop knows") from None
+
+
+def wanted_outputs(spec, known: tuple, want: DType | None) -> tuple:
+    """The operands' known dtypes with ``want`` for every output not given; an output given
+    (out=) of another dtype is BAD_PARAM, as NumPy refuses dtype= against its out=."""
+    if want is None:
+        return known
+    dts = list(known)
+    for k, o in enumerate(spec.operands):
+        if o.role != "out":
+            continue
+        if dts[k] is None:
+            dts[k] = want
+        elif dts[k] is not want:
+            raise InfiniError(Status.BAD_PARAM, f"{spec.name}: dtype={want} but out= operand "
+                              f"'{o.name}' is {dts[k]}")
+    return tuple(dts)
+
+
 def _call_general(spec, args, out, params, key):
     if any(is_dask(a) for a in args) or any(is_dask(o) for o in
                                             (out if isinstance(out, tuple | list) else (out,))):
         return dask_elementwise(spec, args, out, params)  # a lazy graph (dask_arrays.py)
+    asked, (params, want) = params, split_dtype(spec, params)  # asked: what the caches key
     ops = spec.operands
     arg_ops = [k for k, o in enumerate(ops) if o.role != "out"]
     out_ops = [k for k, o in enumerate(ops) if o.role == "out"]
@@ -337,7 +373,7 @@ def _call_general(spec, args, out, params, key):
         # a subclass (memmap, a masked array...): compute into plain views of it, return what
         # was given
         views = [o.view(np.ndarray) if isinstance(o, np.ndarray) else o for o in outs]
-        _call_general(spec, args, views if len(views) > 1 else views[0], params, None)
+        _call_general(spec, args, views if len(views) > 1 else views[0], asked, None)
         return out
     use_torch = any(_is_torch(a) for a in args) or any(_is_torch(o) for o in outs)
     buffers: list = [None] * len(ops)
@@ -351,6 +387,7 @@ def _call_general(spec, args, out, params, key):
                                   f"operand '{ops[k].name}': cannot use {type(o).__name__}")
             buffers[k] = o
     known = tuple(None if b is None else operand_dtype(o.name, b) for o, b in zip(ops, buffers))
+    known = wanted_outputs(spec, known, want)
     if all(d is None for d in known):
         raise InfiniError(Status.BAD_PARAM, f"{spec.name}: at least one operand must be an array")
     cands = spec.candidates(known)
@@ -386,13 +423,13 @@ def _call_general(spec, args, out, params, key):
     if key is not None and _classic(spec) and all(type(b) is np.ndarray for b in buffers):
         k0 = out_ops[0]
         _remember(key, (desc, buffers[k0].shape, buffers[k0].dtype, order))
-        _note_last(spec, desc, args, params, buffers[k0].shape, buffers[k0].dtype, order)
+        _note_last(spec, desc, args, asked, buffers[k0].shape, buffers[k0].dtype, order)
     elif key is not None and key[1] == "torch" and _classic(spec) and all(
             _is_torch(b) for b in buffers):
         o = buffers[out_ops[0]]
         hit = (desc, tuple(o.shape), o.dtype, o.device, order)
         _remember(key, hit)
-        _note_last_device(spec, desc, args, params, hit)
+        _note_last_device(spec, desc, args, asked, hit)
     results = [buffers[k] for k, o in enumerate(ops) if o.writes]
     return results[0] if len(results) == 1 else tuple(results)
 
@@ -462,7 +499,7 @@ def _pick(spec, cands, k: int, output: bool = False) -> DType:
         return dts[0]
     name = spec.operands[k].name
     choices = ", ".join(d.short_name for d in dts)
-    how = "pass out= (an array of the dtype you want)" if output else "pass an array"
+    how = "pass dtype= or out= (an array of the dtype you want)" if output else "pass an array"
     raise InfiniError(Status.BAD_PARAM, f"{spec.name}: the dtype of '{name}' is ambiguous "
                       f"({choices}); {how}")
 

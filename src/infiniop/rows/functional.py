@@ -25,6 +25,8 @@ from ..elementwise.functional import (
     _same_scalars,
     arity_error,
     operand_dtype,
+    split_dtype,
+    wanted_outputs,
 )
 from ..layout import broadcast_shape
 from ..memory import empty_aligned, torch_empty
@@ -116,6 +118,7 @@ def _call_general(spec, args, out, params, key):
     if any(is_dask(a) for a in args) or any(is_dask(o) for o in
                                             (out if isinstance(out, tuple | list) else (out,))):
         return dask_rows(spec, args, out, params)  # a lazy graph (dask_arrays.py)
+    asked, (params, want) = params, split_dtype(spec, params)  # asked: what the caches key
     ops = spec.operands
     ins = [o for o in ops if o.reads]
     outs_ops = [o for o in ops if o.writes]
@@ -147,8 +150,8 @@ def _call_general(spec, args, out, params, key):
             raise InfiniError(Status.BAD_PARAM, f"operand '{o.name}': cannot use {type(a).__name__}")
     use_torch = any(_is_torch(a) for a in arrays + outs if a is not None)
     buffers = list(_arranger(spec, len(arrays))(arrays, outs))
-    sig = spec.match(tuple(None if b is None else operand_dtype(o.name, b)
-                           for o, b in zip(ops, buffers)))
+    sig = spec.match(wanted_outputs(spec, tuple(None if b is None else operand_dtype(o.name, b)
+                                                 for o, b in zip(ops, buffers)), want))
     rows_in = [b for o, b in zip(ops, buffers) if o.reads and o.kind == "row" and b is not None]
     row_outs = [b for o, b in zip(ops, buffers) if o.writes and o.kind == "row" and b is not None]
     if rows_in:
@@ -186,7 +189,7 @@ def _call_general(spec, args, out, params, key):
             _cache[key] = (desc, shapes, dtypes)
             while len(_cache) > CACHE_SIZE:
                 _cache.popitem(last=False)
-        _note_last(spec, desc, args, params, shapes, dtypes, out is None)
+        _note_last(spec, desc, args, asked, shapes, dtypes, out is None)
     return results[0] if len(results) == 1 else tuple(results)
 
 
