@@ -46,6 +46,7 @@ import infiniop
 from infiniop import DType, Status, TensorDescriptor
 from infiniop.elementwise import functional
 from infiniop.elementwise.signature import code
+from infiniop.elementwise.spec import Param
 
 F16, BF16, F32, F64 = DType.F16, DType.BF16, DType.F32, DType.F64
 I8, I16, I32, I64 = DType.I8, DType.I16, DType.I32, DType.I64
@@ -944,6 +945,10 @@ def test_functional_dequant_dtype_and_optional_zero():
     x = np.ones(3, np.float16)
     assert infiniop.sub(x, x, dtype=np.float16).dtype == np.float16
     raises(Status.BAD_TENSOR_DTYPE, infiniop.sub, x, x, dtype=np.float32)  # no promotion
+    scaled = infiniop.elementwise("scaled_by_dtype", ("x",), infiniop.FLOATS,
+                                  lambda m, x, dtype: x * dtype, register=False,
+                                  params=(Param("dtype", "f32", 1.0),))
+    assert_exact(scaled(x, dtype=3.0), np.full(3, 3.0, np.float16))  # its own parameter
 
 
 # ---------------------------------------------------------------------------------------------
