@@ -24,9 +24,11 @@ from math import prod
 
 import numpy as np
 
+from .dtype import DType
 from .kernel_cache import sha1
-from .layout import broadcast_shape
+from .layout import broadcast_shape, broadcast_strides
 from .status import InfiniError, Status
+from .tensor import TensorDescriptor
 
 INSTALL = "pip install 'infiniop[dask]'"
 
@@ -336,14 +338,8 @@ def rope(x, pos_ids, sin_table, cos_table, algo, per_block: Callable):
     if nd < 3:
         raise InfiniError(Status.BAD_TENSOR_SHAPE, f"rope: operand 'x' has shape {x.shape}; "
                                                    "expected [..., seq, nhead, dh]")
-    lead = tuple(x.shape[:-2])
-    try:
-        fits = pos.ndim <= len(lead) and np.broadcast_shapes(lead, tuple(pos.shape)) == lead
-    except ValueError:
-        fits = False
-    if not fits:
-        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand 'pos_ids': shape {pos.shape} cannot "
-                                                   f"broadcast to output shape {lead}")
+    # as the NumPy path checks them (its dtype is checked below, on one position)
+    broadcast_strides(TensorDescriptor(DType.I64, tuple(pos.shape)), tuple(x.shape[:-2]), "pos_ids")
     # dtypes, algo, head dim, table width: checked by the NumPy path on one position
     per_block(np.zeros((1,) * (nd - 2) + tuple(x.shape[-2:]), x.dtype),
               np.zeros((1,) * pos.ndim, pos.dtype),
@@ -477,13 +473,7 @@ def computed_source(dst, src) -> np.ndarray:
     if as_dtype(src.dtype) is not d.dtype:  # checked before computing anything
         raise InfiniError(Status.BAD_TENSOR_DTYPE, f"operand 'src' is {as_dtype(src.dtype)} but "
                                                    f"'dst' is {d.dtype}; copy_ does not convert")
-    try:
-        fits = broadcast_shape([d.shape, tuple(src.shape)], ["dst", "src"]) == d.shape
-    except InfiniError:
-        fits = False
-    if not fits:  # the message a NumPy src gets
-        raise InfiniError(Status.BAD_TENSOR_SHAPE, f"operand 'src': shape {tuple(src.shape)} "
-                                                   f"cannot broadcast to output shape {d.shape}")
+    broadcast_strides(TensorDescriptor(d.dtype, tuple(src.shape)), d.shape, "src")  # as NumPy's
     if d.readonly:
         raise InfiniError(Status.BAD_PARAM, "operand 'dst': output buffer is read-only")
     return np.asarray(src.compute())
